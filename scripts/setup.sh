@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Install everything codegym needs: Debian packages (as root) and .venv/ in the repo root.
+# Idempotent and quick when nothing changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+command -v bwrap >/dev/null || need_pkgs+=(bubblewrap)
+command -v runsc >/dev/null || need_pkgs+=(runsc)
+[ -x /usr/bin/python3 ] || need_pkgs+=(python3)
+command -v gcc >/dev/null || need_pkgs+=(gcc)
+command -v node >/dev/null || need_pkgs+=(nodejs)
+[ -e /usr/lib/x86_64-linux-gnu/libseccomp.so.2 ] || [ -e /usr/lib/aarch64-linux-gnu/libseccomp.so.2 ] || need_pkgs+=(libseccomp2)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian packages: ${need_pkgs[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+  else
+    echo "setup: missing Debian packages: ${need_pkgs[*]}" >&2
+    echo "setup: install them as root: sudo apt-get install -y ${need_pkgs[*]}" >&2
+    echo "setup: (the 'jail' tier needs bubblewrap; 'gvisor' needs runsc)" >&2
+  fi
+fi
+
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  for cand in python3.11 python3; do
+    if command -v "$cand" >/dev/null && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+      PY=$cand; break
+    fi
+  done
+fi
+[ -n "$PY" ] || { echo "setup: Python 3.11 is required" >&2; exit 1; }
+
+stamp_src=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ -x .venv/bin/codegym ] && [ -f .venv/.setup-stamp ] && [ "$(cat .venv/.setup-stamp)" = "$stamp_src" ]; then
+  exit 0
+fi
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[dev]'
+echo "$stamp_src" > .venv/.setup-stamp
+echo "setup: .venv ready"

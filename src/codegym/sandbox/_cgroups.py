@@ -1,0 +1,181 @@
+"""Per-worker cgroup slots (cgroup v1 and v2).
+
+Each worker gets a cgroup ``W`` that holds its zygote, with backstop limits, and a child
+slot ``W/run`` that each execution enters before the program starts. The host writes the
+slot's limits before every run and reads its counters after; the jail can only move
+processes into the slot (its ``cgroup.procs`` is delegated), never change limits.
+
+On cgroup v2 moving a process also needs write access to the common ancestor, so ``W``'s
+``cgroup.procs`` is delegated too: a program could step from the slot back into ``W``,
+where ``W``'s backstop limits still hold it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+V1_CONTROLLERS = ("memory", "pids", "cpuacct")
+
+
+def version() -> int | None:
+    """2 for a unified hierarchy with memory+pids, 1 for v1 controllers, else None."""
+    controllers = ROOT / "cgroup.controllers"
+    if controllers.exists():
+        have = controllers.read_text().split()
+        return 2 if {"memory", "pids"} <= set(have) else None
+    if all((ROOT / c / "cgroup.procs").exists() for c in V1_CONTROLLERS):
+        return 1
+    return None
+
+
+def usable() -> str | None:
+    """None when we can create cgroups here, else what is missing."""
+    v = version()
+    if v is None:
+        return "no cgroup hierarchy with the memory and pids controllers at /sys/fs/cgroup"
+    probe = _base(v)[0]
+    try:
+        probe.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"cannot create cgroups under {probe} ({e.strerror}); run as root or delegate it"
+    return None
+
+
+def _base(v: int) -> list[Path]:
+    if v == 1:
+        return [ROOT / c / "codegym" for c in V1_CONTROLLERS]
+    own = _own_v2_cgroup()
+    return [own / "codegym" if own != ROOT else ROOT / "codegym"]
+
+
+def _own_v2_cgroup() -> Path:
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return ROOT / line[3:].lstrip("/")
+    return ROOT
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _remove(path: Path) -> None:
+    for _ in range(50):  # rmdir right after the last exit can fail with EBUSY: retry
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)
+
+
+@dataclass
+class Stats:
+    cpu_s: float | None
+    peak_bytes: int | None
+    oom_kills: int
+
+
+class WorkerCgroup:
+    """The cgroup of one worker and its run slot."""
+
+    def __init__(self, name: str, uid: int, backstop_memory_mb: int, backstop_pids: int) -> None:
+        v = version()
+        if v is None:
+            raise OSError("no usable cgroup hierarchy")
+        self.v = v
+        self.uid = uid
+        self.dirs = [b / name for b in _base(v)]
+        self._limits: tuple[int, int] | None = None
+        for d in self.dirs:
+            (d / "run").mkdir(parents=True, exist_ok=True)
+        if v == 2:
+            parent = self.dirs[0].parent
+            with contextlib.suppress(OSError):
+                _write(parent / "cgroup.subtree_control", "+memory +pids +cpu")
+            with contextlib.suppress(OSError):
+                _write(self.dirs[0] / "cgroup.subtree_control", "+memory +pids +cpu")
+        self._set(self.dirs, backstop_memory_mb << 20, backstop_pids)
+        for path in self.delegated():
+            os.chown(path, uid, -1)
+
+    # -- paths -----------------------------------------------------------
+
+    def _ctl(self, controller: str, slot: bool = True) -> Path:
+        d = self.dirs[V1_CONTROLLERS.index(controller)] if self.v == 1 else self.dirs[0]
+        return d / "run" if slot else d
+
+    def procs(self) -> list[Path]:
+        """cgroup.procs of the worker cgroup(s): where the zygote is placed."""
+        return [d / "cgroup.procs" for d in self.dirs]
+
+    def slot_procs(self) -> list[Path]:
+        """cgroup.procs of the run slot(s): each execution writes itself there."""
+        return [d / "run" / "cgroup.procs" for d in self.dirs]
+
+    def delegated(self) -> list[Path]:
+        files = self.slot_procs()
+        return files + (self.procs() if self.v == 2 else [])
+
+    # -- limits and counters --------------------------------------------
+
+    def _set(self, dirs: list[Path], memory: int, pids: int) -> None:
+        if self.v == 1:
+            mem, pid = dirs[0], dirs[1]
+            _write(mem / "memory.limit_in_bytes", str(memory))
+            with contextlib.suppress(OSError):  # no swap accounting on some kernels
+                _write(mem / "memory.memsw.limit_in_bytes", str(memory))
+            _write(pid / "pids.max", str(pids))
+        else:
+            _write(dirs[0] / "memory.max", str(memory))
+            with contextlib.suppress(OSError):
+                _write(dirs[0] / "memory.swap.max", "0")
+            _write(dirs[0] / "pids.max", str(pids))
+
+    def prepare(self, memory_mb: int, max_processes: int) -> None:
+        """Set the slot's limits for the next run and reset its peak counter."""
+        want = (memory_mb << 20, max_processes)
+        if want != self._limits:
+            self._set([d / "run" for d in self.dirs], *want)
+            self._limits = want
+        if self.v == 1:
+            with contextlib.suppress(OSError):
+                _write(self._ctl("memory") / "memory.max_usage_in_bytes", "0")
+        else:
+            with contextlib.suppress(OSError):  # resettable since Linux 6.12
+                _write(self._ctl("memory") / "memory.peak", "0")
+
+    def stats(self) -> Stats:
+        mem = self._ctl("memory")
+        if self.v == 1:
+            cpu_ns = int((self._ctl("cpuacct") / "cpuacct.usage").read_text())
+            peak = int((mem / "memory.max_usage_in_bytes").read_text())
+            oom = _keyed(mem / "memory.oom_control").get("oom_kill", 0)
+            return Stats(cpu_ns / 1e9, peak, oom)
+        cpu_us = _keyed(mem / "cpu.stat").get("usage_usec")
+        peak_file = mem / "memory.peak"
+        peak = int(peak_file.read_text()) if peak_file.exists() else None
+        oom = _keyed(mem / "memory.events").get("oom_kill", 0)
+        return Stats(cpu_us / 1e6 if cpu_us is not None else None, peak, oom)
+
+    def remove(self) -> None:
+        for d in self.dirs:
+            _remove(d / "run")
+            _remove(d)
+
+
+def _keyed(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            k, _, v = line.partition(" ")
+            with contextlib.suppress(ValueError):
+                out[k] = int(v)
+    return out

@@ -1,0 +1,402 @@
+"""``Sandbox``: a pool of warm workers behind one async API.
+
+Callers are served first come, first served: a worker is taken from a FIFO queue of idle
+workers, so the pool is never oversubscribed and no caller starves. An execution that the
+sandbox itself fails (a worker that dies, hangs or breaks protocol) comes back as
+``Verdict.INFRA`` with a reason, and the worker is replaced; the pool keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from codegym.sandbox import _seccomp
+from codegym.sandbox._verdict import judge
+from codegym.sandbox._worker import Worker, WorkerCrashed
+from codegym.sandbox.errors import (
+    HostUnsupported,
+    SandboxClosed,
+    SandboxError,
+    SandboxInputError,
+)
+from codegym.sandbox.limits import MAX_CODE_BYTES, MAX_INPUT_BYTES, Limits
+from codegym.sandbox.result import ExecResult, Verdict
+from codegym.sandbox.tier import Tier, WorkerSpec
+from codegym.sandbox.tiers import TIER_NAMES, make_tier
+
+log = logging.getLogger("codegym.sandbox")
+
+Text = str | bytes
+Compare = Literal["exact", "tokens", "float"]
+GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class AssertTest:
+    """A test that runs Python code (usually asserts) against the program's globals."""
+
+    code: str
+
+
+@dataclass(frozen=True)
+class IOTest:
+    """A test that feeds ``stdin`` to a fresh run of the program and compares stdout."""
+
+    stdin: Text
+    expected: Text
+    compare: Compare = "exact"
+    """``exact`` (trailing whitespace ignored), ``tokens``, or ``float`` (tokens, numbers
+    compared with ``tolerance``)."""
+    tolerance: float = 1e-6
+
+
+TestCase = AssertTest | IOTest
+
+
+def _as_bytes(value: Text, what: str, cap: int = MAX_INPUT_BYTES) -> bytes:
+    if isinstance(value, str):
+        data = value.encode("utf-8", "surrogateescape")
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+    else:
+        raise SandboxInputError(f"{what} must be str or bytes, got {type(value).__name__}")
+    if len(data) > cap:
+        raise SandboxInputError(
+            f"{what} is {len(data)} bytes; the limit is {cap} bytes — pass less data")
+    return data
+
+
+def _code_bytes(code: Text) -> bytes:
+    data = _as_bytes(code, "code", MAX_CODE_BYTES)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SandboxInputError(
+            f"code is not valid UTF-8 (byte {e.start}: {data[e.start:e.start + 4]!r}); "
+            "decode the source to str first or fix its encoding") from None
+    return data
+
+
+def _check_path(path: str) -> str:
+    if (not isinstance(path, str) or not path or path.startswith("/") or "\0" in path
+            or any(part in ("..", "") for part in path.split("/"))):
+        raise SandboxInputError(
+            f"file path {path!r} must be relative, without '..' or empty parts")
+    return path
+
+
+class Sandbox:
+    """A pool of sandbox workers.
+
+    Args:
+        tier: ``"jail"`` (default), ``"gvisor"`` or ``"process"``.
+        workers: how many executions run at once (default: the CPU count).
+        python: the interpreter to run inside the sandbox (default: system Python).
+        recycle_after: restart a worker's zygote after this many executions.
+
+    Raises:
+        HostUnsupported: on entry, when the host lacks what the tier needs.
+        SandboxInputError: for an unknown tier or a bad worker count.
+    """
+
+    _session = False
+    _session_disk_mb = 256
+
+    def __init__(self, tier: str = "jail", workers: int | None = None, *,
+                 python: str | None = None, recycle_after: int = 2000) -> None:
+        if tier not in TIER_NAMES:
+            raise SandboxInputError(
+                f"unknown sandbox tier {tier!r}; choose one of {', '.join(TIER_NAMES)}")
+        n = workers if workers is not None else (os.cpu_count() or 1)
+        if not isinstance(n, int) or not 1 <= n <= 512:
+            raise SandboxInputError(f"workers={workers!r}: use an integer in 1..512")
+        self.tier_name = tier
+        self.size = n
+        self.recycle_after = recycle_after
+        self._python = python
+        self._tier: Tier | None = None
+        self._workers: list[Worker] = []
+        self._idle: asyncio.Queue[Worker] = asyncio.Queue()
+        self._closed = False
+        self._started = False
+        self._bpf = b""
+        self.infra_count = 0
+        self.recycles = 0
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def __aenter__(self) -> Sandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        tier = make_tier(self.tier_name, self._python)
+        problems = await asyncio.to_thread(tier.problems)
+        if problems:
+            from codegym.sandbox.tiers import working_tiers
+
+            works = await asyncio.to_thread(working_tiers, self._python)
+            raise HostUnsupported(self.tier_name, problems, works)
+        if tier.warning:
+            warnings.warn(tier.warning, stacklevel=2)
+            log.warning(tier.warning)
+        self._tier = tier
+        self._bpf = _seccomp.deny_list_bpf()
+        tag = f"{os.getpid()}-{id(self) & 0xFFFF:x}"
+        spec = WorkerSpec if not self._session else _session_spec(self._session_disk_mb)
+        self._workers = [Worker(tier, spec(f"{tag}-w{i}"), self._bpf)
+                         for i in range(self.size)]
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for w in self._workers:
+                    tg.create_task(w.start())
+        except BaseException:
+            await asyncio.gather(*(w.stop() for w in self._workers), return_exceptions=True)
+            raise
+        for w in self._workers:
+            self._idle.put_nowait(w)
+        self._started = True
+
+    async def close(self) -> None:
+        self._closed = True
+        await asyncio.gather(*(w.stop() for w in self._workers), return_exceptions=True)
+
+    # -- public calls --------------------------------------------------------
+
+    async def run_python(self, code: Text, stdin: Text = "", *,
+                         files: Mapping[str, Text] | None = None,
+                         limits: Limits | None = None,
+                         argv: Sequence[str] | None = None) -> ExecResult:
+        """Run a Python program in a warm, forked interpreter.
+
+        Raises:
+            SandboxInputError: non-UTF-8 or oversized code, bad file paths, bad limits.
+        """
+        blobs = [_code_bytes(code), _as_bytes(stdin, "stdin")]
+        req = {"mode": "python", "code": 0, "stdin": 1,
+               "argv": ["main.py", *(argv or [])]}
+        return await self._submit(req, blobs, files, limits or Limits(), 0)
+
+    async def run(self, command: str | Sequence[str], stdin: Text = "", *,
+                  files: Mapping[str, Text] | None = None,
+                  limits: Limits | None = None) -> ExecResult:
+        """Run a command as a fresh process in the same isolation (bash, gcc, node, ...).
+
+        A string runs through ``/bin/sh -c``; a sequence is an argv.
+        """
+        argv = _argv(command)
+        blobs = [_as_bytes(stdin, "stdin")]
+        req = {"mode": "exec", "argv": argv, "stdin": 0}
+        return await self._submit(req, blobs, files, limits or Limits(), 0)
+
+    async def run_tests(self, code: Text | None, tests: Sequence[TestCase], *,
+                        command: str | Sequence[str] | None = None,
+                        build: str | Sequence[str] | None = None,
+                        files: Mapping[str, Text] | None = None,
+                        limits: Limits | None = None) -> ExecResult:
+        """Run one program against many test cases in a single round trip.
+
+        Python: pass ``code``. Anything else: pass ``files``, a ``build`` command run once
+        (compile), and the ``command`` each ``IOTest`` runs. ``limits`` apply per test.
+        ``result.tests`` holds one ``TestResult`` per test, in order.
+        """
+        if not tests:
+            raise SandboxInputError("run_tests needs at least one test case")
+        kinds = {type(t) for t in tests}
+        if len(kinds) > 1 or not kinds <= {AssertTest, IOTest}:
+            raise SandboxInputError(
+                "tests must be all AssertTest or all IOTest instances, not a mix")
+        if (code is None) == (command is None):
+            raise SandboxInputError("pass either code (Python) or command (any program)")
+        if AssertTest in kinds and code is None:
+            raise SandboxInputError("AssertTest needs Python code; use IOTest with command")
+        blobs: list[bytes] = []
+        req: dict[str, Any] = {}
+        if code is not None:
+            blobs.append(_code_bytes(code))
+            req.update(mode="python", code=0, argv=["main.py"])
+        else:
+            req.update(mode="exec", argv=_argv(command or ""))
+        if build is not None:
+            req["build"] = _argv(build)
+        wire = []
+        for t in tests:
+            if isinstance(t, AssertTest):
+                if not isinstance(t.code, str):
+                    raise SandboxInputError("AssertTest.code must be a str")
+                wire.append({"kind": "assert", "code": t.code})
+            else:
+                if t.compare not in ("exact", "tokens", "float"):
+                    raise SandboxInputError(
+                        f"IOTest.compare={t.compare!r}: use exact, tokens or float")
+                blobs += [_as_bytes(t.stdin, "IOTest.stdin"),
+                          _as_bytes(t.expected, "IOTest.expected")]
+                wire.append({"kind": "stdio", "stdin": len(blobs) - 2,
+                             "expected": len(blobs) - 1, "compare": t.compare,
+                             "tolerance": t.tolerance})
+        req["tests"] = wire
+        n = len(tests) + (1 if build is not None else 0)
+        return await self._submit(req, blobs, files, limits or Limits(), n)
+
+    # -- machinery -----------------------------------------------------------
+
+    async def _submit(self, req: dict[str, Any], blobs: list[bytes],
+                      files: Mapping[str, Text] | None, limits: Limits,
+                      batch: int) -> ExecResult:
+        if not isinstance(limits, Limits):
+            raise SandboxInputError(f"limits must be a Limits, got {type(limits).__name__}")
+        wire_files = []
+        total = 0
+        for path, content in (files or {}).items():
+            data = _as_bytes(content, f"file {path!r}")
+            total += len(data)
+            if total > MAX_INPUT_BYTES:
+                raise SandboxInputError(
+                    f"files add up to more than {MAX_INPUT_BYTES} bytes; pass less data")
+            blobs.append(data)
+            wire_files.append([_check_path(path), len(blobs) - 1, 0o644])
+        deadline = limits.wall * max(1, batch)
+        req.update(op="run", files=wire_files, limits=limits.to_wire(), wall_s=deadline)
+        if self._closed:
+            raise SandboxClosed("this Sandbox is closed")
+        if not self._started:
+            raise SandboxClosed("use 'async with Sandbox(...)' or await start() first")
+        worker = await self._idle.get()
+        try:
+            return await self._execute(worker, req, blobs, limits, batch, deadline)
+        finally:
+            self._idle.put_nowait(worker)
+
+    async def _execute(self, worker: Worker, req: dict[str, Any], blobs: list[bytes],
+                       limits: Limits, batch: int, deadline: float) -> ExecResult:
+        reason = ""
+        for attempt in range(2):  # a dead worker is replaced and the run tried once more
+            if self._session and worker.runs and not worker.alive:
+                reason = "the session's worker died; its files are lost"
+                break
+            if not worker.alive or worker.runs >= self.recycle_after:
+                try:
+                    await self._restart(worker)
+                except (WorkerCrashed, OSError) as e:
+                    reason = f"could not restart the worker: {e}"
+                    continue
+            cg = worker.cgroup
+            try:
+                if cg is not None:
+                    cg.prepare(limits.memory_mb, limits.max_processes)
+                    before = cg.stats()
+                reply, out = await worker.call(req, blobs, deadline + GRACE_S)
+                stats = None
+                if cg is not None:
+                    after = cg.stats()
+                    stats = type(after)(
+                        (after.cpu_s - before.cpu_s)
+                        if after.cpu_s is not None and before.cpu_s is not None else None,
+                        after.peak_bytes, after.oom_kills - before.oom_kills)
+            except (WorkerCrashed, OSError) as e:
+                reason = str(e)
+                log.warning("sandbox worker %s failed: %s", worker.spec.name, reason)
+                await worker.stop()
+                if worker.runs and attempt == 0 and "did not answer" not in reason:
+                    continue
+                break
+            reply["deadline_s"] = deadline
+            result = judge(reply, out[0], out[1], limits, stats, batch)
+            if result.verdict is Verdict.INFRA:
+                await worker.stop()  # a broken run may have left the worker tainted
+                self.infra_count += 1
+            return result
+        self.infra_count += 1
+        return _infra(reason)
+
+    async def _restart(self, worker: Worker) -> None:
+        await worker.stop()
+        worker.runs = 0
+        self.recycles += 1
+        await worker.start()
+
+
+def _argv(command: str | Sequence[str]) -> list[str]:
+    if isinstance(command, str):
+        if not command.strip():
+            raise SandboxInputError("command is empty")
+        return ["/bin/sh", "-c", command]
+    argv = list(command)
+    if not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
+        raise SandboxInputError("command must be a non-empty list of strings without NUL")
+    return argv
+
+
+def _infra(reason: str) -> ExecResult:
+    return ExecResult(verdict=Verdict.INFRA, exit_code=None, signal=None, stdout="",
+                      stderr="", cpu_s=0.0, wall_s=0.0, reason=reason)
+
+
+def _session_spec(disk_mb: int):  # type: ignore[no-untyped-def]
+    def spec(name: str) -> WorkerSpec:
+        return WorkerSpec(name, session=True, session_disk_mb=disk_mb)
+
+    return spec
+
+
+class Session(Sandbox):
+    """A workspace whose files persist across commands; processes do not.
+
+    Each command runs like a plain execution (fresh process tree, fresh /tmp) with the
+    workspace as its working directory. Close it (or use ``async with``) to free it.
+
+    Args:
+        tier: as for ``Sandbox``.
+        disk_mb: size of the workspace.
+    """
+
+    _session = True
+
+    def __init__(self, tier: str = "jail", *, disk_mb: int = 256,
+                 python: str | None = None) -> None:
+        super().__init__(tier, 1, python=python, recycle_after=1 << 62)
+        if not isinstance(disk_mb, int) or not 1 <= disk_mb <= 1 << 16:
+            raise SandboxInputError(f"disk_mb={disk_mb!r}: use an integer in 1..65536")
+        self._session_disk_mb = disk_mb
+
+    async def write_file(self, path: str, content: Text) -> None:
+        """Write a file into the workspace (parents are created).
+
+        Raises:
+            SandboxInputError: a bad path or oversized content.
+            SandboxError: the write failed inside the sandbox.
+        """
+        r = await self.run(["true"], files={path: content})
+        if r.verdict is not Verdict.OK:
+            raise SandboxError(f"could not write {path!r}: {r.reason or r.stderr}")
+
+    async def read_file(self, path: str, max_bytes: int = 16 << 20) -> bytes:
+        """Read a file from the workspace.
+
+        Raises:
+            FileNotFoundError: no such file in the workspace.
+            SandboxError: the file is larger than ``max_bytes`` or could not be read.
+        """
+        import base64
+
+        _check_path(path)
+        limit = Limits(output_bytes=max_bytes * 4 // 3 + 4096)
+        r = await self.run(["base64", "-w0", "--", path], limits=limit)
+        if r.verdict is Verdict.OUTPUT_LIMIT:
+            raise SandboxError(f"{path!r} is larger than {max_bytes} bytes")
+        if r.verdict is not Verdict.OK:
+            if "No such file" in r.stderr:
+                raise FileNotFoundError(path)
+            raise SandboxError(f"could not read {path!r}: {r.reason} {r.stderr.strip()}")
+        return base64.b64decode(r.stdout)

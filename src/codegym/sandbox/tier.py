@@ -1,0 +1,92 @@
+"""The contract every sandbox tier implements.
+
+A tier knows how to start one *worker*: a long-lived process that runs the zygote
+(``_zygote.py``) with some isolation around it. Everything above that (framing, the pool,
+deadlines, verdicts, recycling) is shared and lives in ``_worker.py`` and ``sandbox.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from codegym.sandbox._cgroups import WorkerCgroup
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+ZYGOTE_FILES = ("_zygote.py", "_harness.py")
+DEFAULT_PRELOAD = (
+    "abc", "array", "bisect", "collections", "copy", "dataclasses", "decimal",
+    "fractions", "functools", "hashlib", "heapq", "io", "itertools", "json", "math",
+    "operator", "random", "re", "statistics", "string", "sys", "time", "typing",
+    "unittest", "numpy",
+)
+BASE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "TZ": "UTC",
+    "PYTHONHASHSEED": "0",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What the pool asks of a tier for one worker."""
+
+    name: str
+    """Unique name of the worker (used for cgroups and logs)."""
+    session: bool = False
+    """A session worker keeps one persistent workspace across runs."""
+    session_disk_mb: int = 256
+
+
+@dataclass
+class Launch:
+    """How to start one worker process, and the zygote's configuration."""
+
+    argv: list[str]
+    env: dict[str, str]
+    config: dict[str, object]
+    uid: int | None = None
+    """Host uid to run the worker as (when started as root)."""
+    cgroup: WorkerCgroup | None = None
+    cleanup: list[Path] = field(default_factory=list)
+    """Paths to remove after the worker exits."""
+
+
+def sandbox_uid() -> int:
+    """The unprivileged host uid sandboxed programs run as when codegym runs as root."""
+    return int(os.environ.get("CODEGYM_SANDBOX_UID", "64055"))
+
+
+def find_python(explicit: str | None = None) -> str | None:
+    """The interpreter that runs inside the sandbox: the system Python by default.
+
+    Not the virtual environment's: the jail exposes only /usr, never the project tree.
+    """
+    for cand in (explicit, os.environ.get("CODEGYM_SANDBOX_PYTHON"), "/usr/bin/python3"):
+        if cand and Path(cand).exists():
+            return cand
+    return shutil.which("python3")
+
+
+class Tier(ABC):
+    """One isolation strategy."""
+
+    name: str
+
+    @abstractmethod
+    def problems(self) -> list[str]:
+        """What this host lacks for this tier; empty when the tier can run."""
+
+    @abstractmethod
+    def launch(self, spec: WorkerSpec) -> Launch:
+        """How to start the worker described by ``spec``."""
+
+    @property
+    def warning(self) -> str | None:
+        """A warning to show loudly when this tier is used."""
+        return None
