@@ -1,0 +1,5 @@
+"""The ``codegym`` command line."""
+
+from codegym.cli.app import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,22 @@
+"""Top-level typer application; subcommands live in sibling modules."""
+
+from __future__ import annotations
+
+import typer
+
+from codegym.cli import sandbox_cmd, score_cmd
+
+app = typer.Typer(
+    name="codegym",
+    help="Train, test and evaluate code models: sandbox, evals, rollouts.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(sandbox_cmd.app, name="sandbox")
+app.command("score")(score_cmd.score)
+app.command("demo")(score_cmd.demo)
+
+
+def main() -> None:
+    app()

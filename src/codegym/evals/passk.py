@@ -1,0 +1,71 @@
+"""pass@k (the unbiased estimator of Chen et al. 2021) and its summary.
+
+Infra outcomes never enter a statistic: they are counted apart as ``excluded``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from statistics import NormalDist
+from typing import Any, Protocol
+
+
+class _Scored(Protocol):
+    passed: bool
+    outcome: str
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples drawn from n (c correct) passes."""
+    if n < k:
+        raise ValueError(f"pass@{k} needs at least {k} samples per task, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def wilson_interval(successes: float, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Wilson score interval for a proportion."""
+    if n == 0:
+        return (0.0, 1.0)
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def summarize(task_ids: Sequence[str], scores: Sequence[_Scored],
+              ks: Sequence[int] = (1, 10, 100)) -> dict[str, Any]:
+    """Per-task collapse, then pass@k with a CLT interval over tasks."""
+    outcomes = Counter(s.outcome for s in scores)
+    per_task: dict[str, list[bool]] = defaultdict(list)
+    excluded = 0
+    for tid, s in zip(task_ids, scores, strict=True):
+        if s.outcome == "infra":
+            excluded += 1
+            continue
+        per_task[tid].append(s.passed)
+    result: dict[str, Any] = {
+        "requested": len(scores),
+        "scored": len(scores) - excluded,
+        "excluded": excluded,
+        "excluded_by_reason": {"infra": excluded} if excluded else {},
+        "tasks": len(per_task),
+        "outcomes": dict(sorted(outcomes.items())),
+        "pass_at_k": {},
+    }
+    z = NormalDist().inv_cdf(0.975)
+    for k in ks:
+        values = [pass_at_k(len(v), sum(v), k) for v in per_task.values() if len(v) >= k]
+        if not values or len(values) < len(per_task):
+            continue
+        m = sum(values) / len(values)
+        sd = math.sqrt(sum((x - m) ** 2 for x in values) / max(1, len(values) - 1))
+        se = sd / math.sqrt(len(values))
+        result["pass_at_k"][str(k)] = {"estimate": m, "ci_low": max(0.0, m - z * se),
+                                       "ci_high": min(1.0, m + z * se), "tasks": len(values)}
+    return result
