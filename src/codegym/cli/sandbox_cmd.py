@@ -13,8 +13,9 @@ from codegym.cli._common import console, fail
 from codegym.sandbox import HostUnsupported, Limits, Sandbox, SandboxInputError
 from codegym.sandbox.tiers import TIER_NAMES, make_tier
 
-app = typer.Typer(help="Run code in the sandbox; check what this host supports.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Run code in the sandbox; check what this host supports.", no_args_is_help=True
+)
 
 
 @app.command("check")
@@ -56,15 +57,18 @@ def run(
     except (HostUnsupported, SandboxInputError) as e:
         fail(str(e))
     if as_json:
-        payload = {k: (str(v) if k == "verdict" else v) for k, v in result.__dict__.items()
-                   if k != "tests"}
+        payload = {
+            k: (str(v) if k == "verdict" else v) for k, v in result.__dict__.items() if k != "tests"
+        }
         typer.echo(json.dumps(payload))
     else:
         typer.echo(result.stdout, nl=False)
         typer.echo(result.stderr, nl=False, err=True)
-        console.print(f"[bold]{result.verdict}[/] exit={result.exit_code} "
-                      f"cpu={result.cpu_s:.3f}s wall={result.wall_s:.3f}s {result.reason}",
-                      highlight=False)
+        console.print(
+            f"[bold]{result.verdict}[/] exit={result.exit_code} "
+            f"cpu={result.cpu_s:.3f}s wall={result.wall_s:.3f}s {result.reason}",
+            highlight=False,
+        )
     raise typer.Exit(0 if result.ok else 1)
 
 

@@ -16,7 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from codegym.cli._common import console, fail
 from codegym.evals.passk import summarize
 from codegym.sandbox import HostUnsupported, Sandbox
-from codegym.tasks import DatasetError, Score, Task, load_humaneval, score as score_one
+from codegym.tasks import DatasetError, Score, Task, load_humaneval
+from codegym.tasks import score as score_one
 
 SUITES = ("humaneval",)
 
@@ -44,7 +45,9 @@ def _read_samples(path: Path, tasks: dict[str, Task], on_bad_line: str) -> list[
             row = json.loads(line.decode("utf-8"))
             if not isinstance(row, dict):
                 raise ValueError("not a JSON object")
-            if not isinstance(row.get("task_id"), str) or not isinstance(row.get("completion"), str):
+            if not isinstance(row.get("task_id"), str) or not isinstance(
+                row.get("completion"), str
+            ):
                 raise ValueError("needs string fields 'task_id' and 'completion'")
             if row["task_id"] not in tasks:
                 raise ValueError(f"unknown task_id {row['task_id']!r}")
@@ -59,14 +62,26 @@ def _read_samples(path: Path, tasks: dict[str, Task], on_bad_line: str) -> list[
     return samples
 
 
-async def _score_all(samples: list[dict[str, Any]], tasks: dict[str, Task], tier: str,
-                     workers: int | None, quiet: bool) -> list[Score]:
+async def _score_all(
+    samples: list[dict[str, Any]],
+    tasks: dict[str, Task],
+    tier: str,
+    workers: int | None,
+    quiet: bool,
+) -> list[Score]:
     results: list[Score | None] = [None] * len(samples)
     counts: Counter[str] = Counter()
     async with Sandbox(tier=tier, workers=workers) as sb:
-        with Progress(TextColumn("[bold]scoring"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("{task.fields[stats]}"), TimeElapsedColumn(),
-                      console=console, disable=quiet, transient=False) as bar:
+        with Progress(
+            TextColumn("[bold]scoring"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=quiet,
+            transient=False,
+        ) as bar:
             job = bar.add_task("score", total=len(samples), stats="")
 
             async def one(i: int) -> None:
@@ -74,8 +89,12 @@ async def _score_all(samples: list[dict[str, Any]], tasks: dict[str, Task], tier
                 results[i] = r = await score_one(sb, tasks[s["task_id"]], s["completion"])
                 counts[r.outcome] += 1
                 done = sum(counts.values())
-                bar.update(job, advance=1, stats=f"pass {counts['pass'] / done:.1%} "
-                           + " ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+                bar.update(
+                    job,
+                    advance=1,
+                    stats=f"pass {counts['pass'] / done:.1%} "
+                    + " ".join(f"{k}={v}" for k, v in sorted(counts.items())),
+                )
 
             async with asyncio.TaskGroup() as tg:
                 for i in range(len(samples)):
@@ -103,8 +122,14 @@ def score(
     _print_summary(summary, as_json)
 
 
-def _run_and_write(samples: list[dict[str, Any]], tasks: dict[str, Task], tier: str,
-                   workers: int | None, out: Path, quiet: bool) -> dict[str, Any]:
+def _run_and_write(
+    samples: list[dict[str, Any]],
+    tasks: dict[str, Task],
+    tier: str,
+    workers: int | None,
+    out: Path,
+    quiet: bool,
+) -> dict[str, Any]:
     start = time.perf_counter()
     try:
         scores = asyncio.run(_score_all(samples, tasks, tier, workers, quiet))
@@ -114,11 +139,14 @@ def _run_and_write(samples: list[dict[str, Any]], tasks: dict[str, Task], tier: 
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w") as f:
         for s, r in zip(samples, scores, strict=True):
-            f.write(json.dumps({**s, "passed": r.passed, "outcome": r.outcome,
-                                "detail": r.detail}) + "\n")
+            f.write(
+                json.dumps({**s, "passed": r.passed, "outcome": r.outcome, "detail": r.detail})
+                + "\n"
+            )
     summary = summarize([s["task_id"] for s in samples], scores)
-    summary.update(seconds=round(elapsed, 3), samples_per_s=round(len(samples) / elapsed, 1),
-                   results=str(out))
+    summary.update(
+        seconds=round(elapsed, 3), samples_per_s=round(len(samples) / elapsed, 1), results=str(out)
+    )
     return summary
 
 
@@ -127,13 +155,21 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         typer.echo(json.dumps(summary))
         return
     p1 = summary["pass_at_k"].get("1")
-    console.print(f"[bold]{summary['scored']}[/] scored, {summary['excluded']} excluded (infra), "
-                  f"in {summary['seconds']}s ({summary['samples_per_s']}/s)", highlight=False)
+    console.print(
+        f"[bold]{summary['scored']}[/] scored, {summary['excluded']} excluded (infra), "
+        f"in {summary['seconds']}s ({summary['samples_per_s']}/s)",
+        highlight=False,
+    )
     if p1:
-        console.print(f"pass@1 = [bold]{p1['estimate']:.3f}[/] "
-                      f"(95% CI {p1['ci_low']:.3f}–{p1['ci_high']:.3f})", highlight=False)
-    console.print("outcomes: " + ", ".join(f"{k}={v}" for k, v in summary["outcomes"].items()),
-                  highlight=False)
+        console.print(
+            f"pass@1 = [bold]{p1['estimate']:.3f}[/] "
+            f"(95% CI {p1['ci_low']:.3f}–{p1['ci_high']:.3f})",
+            highlight=False,
+        )
+    console.print(
+        "outcomes: " + ", ".join(f"{k}={v}" for k, v in summary["outcomes"].items()),
+        highlight=False,
+    )
 
 
 def demo(
@@ -143,10 +179,12 @@ def demo(
 ) -> None:
     """The main job (for now): score HumanEval's reference solutions in the sandbox."""
     tasks = _load_suite("humaneval")
-    samples = [{"task_id": t.id, "completion": t.reference}
-               for t in tasks.values() for _ in range(repeats)]
-    summary = _run_and_write(samples, tasks, tier, os.cpu_count(), out / "results.jsonl",
-                             quiet=False)
+    samples = [
+        {"task_id": t.id, "completion": t.reference} for t in tasks.values() for _ in range(repeats)
+    ]
+    summary = _run_and_write(
+        samples, tasks, tier, os.cpu_count(), out / "results.jsonl", quiet=False
+    )
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _print_summary(summary, as_json=False)
     console.print(f"wrote {out / 'summary.json'}")

@@ -13,8 +13,10 @@ from typing import Any, Protocol
 
 
 class _Scored(Protocol):
-    passed: bool
-    outcome: str
+    @property
+    def passed(self) -> bool: ...
+    @property
+    def outcome(self) -> str: ...
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -38,8 +40,9 @@ def wilson_interval(successes: float, n: int, alpha: float = 0.05) -> tuple[floa
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def summarize(task_ids: Sequence[str], scores: Sequence[_Scored],
-              ks: Sequence[int] = (1, 10, 100)) -> dict[str, Any]:
+def summarize(
+    task_ids: Sequence[str], scores: Sequence[_Scored], ks: Sequence[int] = (1, 10, 100)
+) -> dict[str, Any]:
     """Per-task collapse, then pass@k with a CLT interval over tasks."""
     outcomes = Counter(s.outcome for s in scores)
     per_task: dict[str, list[bool]] = defaultdict(list)
@@ -66,6 +69,10 @@ def summarize(task_ids: Sequence[str], scores: Sequence[_Scored],
         m = sum(values) / len(values)
         sd = math.sqrt(sum((x - m) ** 2 for x in values) / max(1, len(values) - 1))
         se = sd / math.sqrt(len(values))
-        result["pass_at_k"][str(k)] = {"estimate": m, "ci_low": max(0.0, m - z * se),
-                                       "ci_high": min(1.0, m + z * se), "tasks": len(values)}
+        result["pass_at_k"][str(k)] = {
+            "estimate": m,
+            "ci_low": max(0.0, m - z * se),
+            "ci_high": min(1.0, m + z * se),
+            "tasks": len(values),
+        }
     return result

@@ -156,10 +156,10 @@ class WorkerCgroup:
         mem = self._ctl("memory")
         if self.v == 1:
             cpu_ns = int((self._ctl("cpuacct") / "cpuacct.usage").read_text())
-            peak = int((mem / "memory.max_usage_in_bytes").read_text())
-            oom = _keyed(mem / "memory.oom_control").get("oom_kill", 0)
-            return Stats(cpu_ns / 1e9, peak, oom)
-        cpu_us = _keyed(mem / "cpu.stat").get("usage_usec")
+            peak1 = int((mem / "memory.max_usage_in_bytes").read_text())
+            oom1 = _keyed(mem / "memory.oom_control").get("oom_kill", 0)
+            return Stats(cpu_ns / 1e9, peak1, oom1)
+        cpu_us: int | None = _keyed(mem / "cpu.stat").get("usage_usec")
         peak_file = mem / "memory.peak"
         peak = int(peak_file.read_text()) if peak_file.exists() else None
         oom = _keyed(mem / "memory.events").get("oom_kill", 0)

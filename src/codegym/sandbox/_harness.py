@@ -60,7 +60,7 @@ def parse_results(raw: bytes) -> list[dict]:
 
 
 def _std_streams() -> None:
-    sys.stdin = open(0, "r", closefd=False, errors="replace")
+    sys.stdin = open(0, closefd=False, errors="replace")
     sys.stdout = open(1, "w", closefd=False, errors="backslashreplace")
     sys.stderr = open(2, "w", buffering=1, closefd=False, errors="backslashreplace")
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
@@ -82,7 +82,7 @@ def _exec_main(code_obj, path: str) -> tuple[int, dict]:
         exec(code_obj, g)
     except SystemExit as e:
         rc = _exit_code(e.code)
-    except BaseException:  # noqa: BLE001 - the program's exception, reported like python
+    except BaseException:
         traceback.print_exc()
         rc = 1
     return rc, g
@@ -98,21 +98,19 @@ def _exit_code(code: object) -> int:
 
 
 def _finish(rc: int) -> None:
-    t0=time.monotonic()
-    import atexit
-    import threading
-
+    """Exit like the interpreter would: join threads, run exit hooks, flush."""
     try:
-        threading._shutdown()  # type: ignore[attr-defined]
-        atexit._run_exitfuncs()
-    except BaseException:  # noqa: BLE001
+        if threading.active_count() > 1:
+            threading._shutdown()  # type: ignore[attr-defined]
+        if atexit._ncallbacks():
+            atexit._run_exitfuncs()
+    except BaseException:
         pass
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except BaseException:  # noqa: BLE001 - closed or broken stdout is the program's
+        except BaseException:  # a closed or broken stdout is the program's business
             pass
-    os.write(2, f"fin {(time.monotonic()-t0)*1000:.2f} {time.monotonic()*1000:.2f}\n".encode())
     os._exit(rc)
 
 
@@ -187,7 +185,7 @@ def _assert_in_process(code_obj, g: dict) -> dict:
         return {"passed": False, "verdict": "ok", "detail": f"AssertionError: {e}"[:500]}
     except MemoryError:
         return {"passed": False, "verdict": "memory", "detail": "MemoryError"}
-    except BaseException as e:  # noqa: BLE001 - the program's error, scored as failure
+    except BaseException as e:
         return {"passed": False, "verdict": "error", "detail": f"{type(e).__name__}: {e}"[:500]}
     return {"passed": True, "verdict": "ok", "detail": ""}
 
@@ -196,7 +194,7 @@ def _assert_child(code_obj, g: dict) -> int:
     res = _assert_in_process(code_obj, g)
     try:
         sys.stdout.flush()
-    except BaseException:  # noqa: BLE001
+    except BaseException:
         pass
     os.write(RESULT_FD, json.dumps(res).encode())
     return 0
@@ -205,6 +203,13 @@ def _assert_child(code_obj, g: dict) -> int:
 def _run_stdio(code_obj, req: dict, tests: list, blobs: list[bytes]) -> None:
     lim = req["limits"]
     argv = req.get("argv")
+    build = req.get("build")
+    if build:
+        res, out = _in_child(lambda: _exec_merged(build), lim, b"")
+        if not res["passed"]:
+            why = res["detail"] if res["verdict"] != "ok" else ""
+            _report_all(tests, "error", f"build failed: {why} {_snip(out)}".strip())
+            return
     for i, t in enumerate(tests):
         stdin = blobs[t["stdin"]]
         if code_obj is not None:
@@ -212,11 +217,21 @@ def _run_stdio(code_obj, req: dict, tests: list, blobs: list[bytes]) -> None:
         else:
             res, out = _in_child(lambda: os.execvpe(argv[0], argv, dict(os.environ)), lim, stdin)
         if res["verdict"] == "ok":
-            passed = compare(out, blobs[t["expected"]], t.get("compare", "exact"),
-                             t.get("tolerance", 1e-6))
-            res = {"passed": passed, "verdict": "ok",
-                   "detail": "" if passed else "wrong answer: " + _snip(out)}
+            passed = compare(
+                out, blobs[t["expected"]], t.get("compare", "exact"), t.get("tolerance", 1e-6)
+            )
+            res = {
+                "passed": passed,
+                "verdict": "ok",
+                "detail": "" if passed else "wrong answer: " + _snip(out),
+            }
         _report({"i": i, **res})
+
+
+def _exec_merged(argv: list) -> int:
+    os.dup2(1, 2)  # compiler diagnostics go where the report can quote them
+    os.execvpe(argv[0], argv, dict(os.environ))
+    return 127
 
 
 def _stdio_python(code_obj) -> int:
@@ -310,15 +325,27 @@ def _in_child(fn, lim: dict, stdin: bytes | None) -> tuple[dict, bytes]:
     sig = _signal_of(status)
     if sig:
         verdict = "memory" if sig == signal.SIGKILL else "killed"
-        return {"passed": False, "verdict": verdict,
-                "detail": f"killed by {signal.Signals(sig).name}", **timing}, bytes(out)
+        return {
+            "passed": False,
+            "verdict": verdict,
+            "detail": f"killed by {signal.Signals(sig).name}",
+            **timing,
+        }, bytes(out)
     code = os.waitstatus_to_exitcode(status)
     if stdin is None:  # an assert test that never reported: it exited early
-        return {"passed": False, "verdict": "error",
-                "detail": f"the test exited with {code} before finishing", **timing}, bytes(out)
+        return {
+            "passed": False,
+            "verdict": "error",
+            "detail": f"the test exited with {code} before finishing",
+            **timing,
+        }, bytes(out)
     verdict = "ok" if code == 0 else "error"
-    return {"passed": code == 0, "verdict": verdict,
-            "detail": "" if code == 0 else f"exit code {code}", **timing}, bytes(out)
+    return {
+        "passed": code == 0,
+        "verdict": verdict,
+        "detail": "" if code == 0 else f"exit code {code}",
+        **timing,
+    }, bytes(out)
 
 
 def _kill_tree(pid: int) -> None:
@@ -347,13 +374,14 @@ def compare(actual: bytes, expected: bytes, mode: str, tolerance: float) -> bool
     e = expected.decode("utf-8", "replace")
     if mode == "exact":
         return [ln.rstrip() for ln in a.rstrip().splitlines()] == [
-            ln.rstrip() for ln in e.rstrip().splitlines()]
+            ln.rstrip() for ln in e.rstrip().splitlines()
+        ]
     at, et = a.split(), e.split()
     if len(at) != len(et):
         return False
     if mode == "tokens":
         return at == et
-    for x, y in zip(at, et):
+    for x, y in zip(at, et, strict=True):
         if x == y:
             continue
         try:

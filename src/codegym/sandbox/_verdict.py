@@ -23,8 +23,14 @@ def _signame(num: int) -> str:
         return f"signal {num}"
 
 
-def judge(reply: dict[str, Any], out: bytes, err: bytes, limits: Limits,
-          stats: Stats | None, batch_size: int = 0) -> ExecResult:
+def judge(
+    reply: dict[str, Any],
+    out: bytes,
+    err: bytes,
+    limits: Limits,
+    stats: Stats | None,
+    batch_size: int = 0,
+) -> ExecResult:
     """Decide the verdict of one execution.
 
     ``batch_size`` > 0 means per-test limits were enforced inside; the run as a whole
@@ -42,8 +48,12 @@ def judge(reply: dict[str, Any], out: bytes, err: bytes, limits: Limits,
     cpu_cap = limits.cpu_s * max(1, batch_size)
 
     reason = ""
+    verdict: Verdict
     if reply.get("timed_out"):
-        verdict, reason = Verdict.TIMEOUT, f"wall-clock limit of {reply.get('deadline_s', limits.wall):.3g}s"
+        verdict, reason = (
+            Verdict.TIMEOUT,
+            f"wall-clock limit of {reply.get('deadline_s', limits.wall):.3g}s",
+        )
     elif reply.get("overflow"):
         verdict, reason = Verdict.OUTPUT_LIMIT, f"wrote more than {limits.output_bytes} bytes"
     elif oom:
@@ -84,23 +94,34 @@ def judge(reply: dict[str, Any], out: bytes, err: bytes, limits: Limits,
     )
 
 
-def _tests(raw: list[dict[str, Any]], n: int, verdict: Verdict,
-           reason: str) -> tuple[TestResult, ...]:
+def _tests(
+    raw: list[dict[str, Any]], n: int, verdict: Verdict, reason: str
+) -> tuple[TestResult, ...]:
     by_index = {r.get("i"): r for r in raw if isinstance(r, dict)}
     out = []
     for i in range(n):
         r = by_index.get(i)
-        if r is not None and r.get("cpu_s") is None and verdict is not Verdict.OK:
+        if r is not None and r.get("cpu_s") is None and verdict != Verdict.OK:
             r = None  # ran in-process: the run's fate (a CPU overrun, say) is the test's
         if r is None:
             # the batch ended before this test reported: it inherits the batch's fate
-            v = verdict if verdict is not Verdict.OK else Verdict.ERROR
-            out.append(TestResult(i, False, v, f"not completed: {reason or 'the program exited'}"))
+            fate = Verdict.ERROR if verdict == Verdict.OK else verdict
+            out.append(
+                TestResult(i, False, fate, f"not completed: {reason or 'the program exited'}")
+            )
             continue
         try:
-            v = Verdict(r.get("verdict"))
+            v = Verdict(str(r.get("verdict")))
         except ValueError:
             v = Verdict.INFRA
-        out.append(TestResult(i, bool(r.get("passed")) and v is Verdict.OK, v,
-                              str(r.get("detail", ""))[:1000], r.get("cpu_s"), r.get("wall_s")))
+        out.append(
+            TestResult(
+                i,
+                bool(r.get("passed")) and v is Verdict.OK,
+                v,
+                str(r.get("detail", ""))[:1000],
+                r.get("cpu_s"),
+                r.get("wall_s"),
+            )
+        )
     return tuple(out)

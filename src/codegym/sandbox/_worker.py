@@ -22,8 +22,7 @@ class WorkerCrashed(Exception):
 
 
 def encode(header: dict[str, Any], blobs: list[bytes]) -> bytes:
-    head = json.dumps({**header, "_blobs": [len(b) for b in blobs]},
-                      separators=(",", ":")).encode()
+    head = json.dumps({**header, "_blobs": [len(b) for b in blobs]}, separators=(",", ":")).encode()
     return _HDR.pack(len(head)) + head + b"".join(blobs)
 
 
@@ -71,14 +70,19 @@ class Worker:
                 os.setuid(uid)
 
         self.proc = await asyncio.create_subprocess_exec(
-            *launch.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=launch.env, preexec_fn=preexec,
+            *launch.argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=launch.env,
+            preexec_fn=preexec,
             limit=_MAX_FRAME,
         )
         self._drain = asyncio.create_task(self._drain_stderr())
         try:
             header, _ = await self._roundtrip(
-                {k: v for k, v in launch.config.items()}, [self.bpf], START_TIMEOUT_S)
+                {k: v for k, v in launch.config.items()}, [self.bpf], START_TIMEOUT_S
+            )
         except WorkerCrashed:
             await self.stop()
             raise
@@ -95,8 +99,9 @@ class Worker:
     def stderr_tail(self) -> str:
         return self._stderr_tail.decode("utf-8", "replace").strip()[-1000:]
 
-    async def _roundtrip(self, header: dict[str, Any], blobs: list[bytes],
-                         timeout: float) -> tuple[dict[str, Any], list[bytes]]:
+    async def _roundtrip(
+        self, header: dict[str, Any], blobs: list[bytes], timeout: float
+    ) -> tuple[dict[str, Any], list[bytes]]:
         proc = self.proc
         if proc is None or proc.stdin is None or proc.stdout is None or not self.alive:
             raise WorkerCrashed("worker is not running")
@@ -111,12 +116,14 @@ class Worker:
             await asyncio.sleep(0.05)  # let the exit status and stderr arrive
             raise WorkerCrashed(
                 f"worker died ({type(e).__name__}, exit {proc.returncode}): "
-                f"{self.stderr_tail() or 'no output'}") from None
+                f"{self.stderr_tail() or 'no output'}"
+            ) from None
         except (ValueError, UnicodeDecodeError) as e:
             raise WorkerCrashed(f"protocol error: {e}") from None
 
-    async def call(self, header: dict[str, Any], blobs: list[bytes],
-                   timeout: float) -> tuple[dict[str, Any], list[bytes]]:
+    async def call(
+        self, header: dict[str, Any], blobs: list[bytes], timeout: float
+    ) -> tuple[dict[str, Any], list[bytes]]:
         self.runs += 1
         reply, out = await self._roundtrip(header, blobs, timeout)
         if "error" in reply:

@@ -101,8 +101,9 @@ def drop_privileges(seccomp_bpf: bytes) -> None:
     if seccomp_bpf:
         buf = ctypes.create_string_buffer(seccomp_bpf, len(seccomp_bpf))
         prog = _SockFprog(len(seccomp_bpf) // 8, ctypes.addressof(buf))
-        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0),
-               "seccomp")
+        _check(
+            _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp"
+        )
 
 
 def apply_rlimits(lim: dict, as_extra_mb: int, address_space: bool, nproc: bool) -> None:
@@ -137,11 +138,19 @@ class Zygote:
         for name in config.get("preload", []):
             try:
                 __import__(name)
-            except Exception:  # noqa: BLE001 - a missing optional module is fine
+            except Exception:
                 pass
         if self.session and self.namespaces:
-            _mount(b"tmpfs", self.workdir.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
-                   f"size={int(config['session_disk_mb'])}m,mode=0700".encode())
+            # a mount namespace of our own: bwrap's is owned by a user namespace we lack
+            # CAP_SYS_ADMIN in, so mounting there is refused
+            _check(_libc.unshare(CLONE_NEWNS), "unshare")
+            _mount(
+                b"tmpfs",
+                self.workdir.encode(),
+                b"tmpfs",
+                MS_NOSUID | MS_NODEV,
+                f"size={int(config['session_disk_mb'])}m,mode=0700".encode(),
+            )
         import _harness  # bound next to this file
 
         self.harness = _harness
@@ -156,8 +165,9 @@ class Zygote:
         if not self.namespaces:
             return os.fork()
         _libc.PyOS_BeforeFork()
-        pid = _libc.syscall(SYS_CLONE, CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | signal.SIGCHLD,
-                            0, 0, 0, 0)
+        pid = _libc.syscall(
+            SYS_CLONE, CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | signal.SIGCHLD, 0, 0, 0, 0
+        )
         if pid == 0:
             _libc.PyOS_AfterFork_Child()
         else:
@@ -173,8 +183,11 @@ class Zygote:
         lim = req["limits"]
         if self.namespaces:
             size = f"size={lim['disk_mb']}m".encode()
-            fresh = [b"/tmp", b"/dev/shm"] if self.session else [self.workdir.encode(), b"/tmp",
-                                                                  b"/dev/shm"]
+            fresh = (
+                [b"/tmp", b"/dev/shm"]
+                if self.session
+                else [self.workdir.encode(), b"/tmp", b"/dev/shm"]
+            )
             for where in fresh:
                 _mount(b"tmpfs", where, b"tmpfs", MS_NOSUID | MS_NODEV, size + b",mode=1777")
             _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
@@ -233,8 +246,12 @@ class Zygote:
             os.dup2(fds["ready_w"], 4)
             os.dup2(keep if keep >= 0 else os.open(os.devnull, os.O_WRONLY), 3)
             os.closerange(5, 65536)
-            apply_rlimits(req["limits"], self.as_extra_mb, bool(self.cfg.get("rlimit_as")),
-                          bool(self.cfg.get("nproc")))
+            apply_rlimits(
+                req["limits"],
+                self.as_extra_mb,
+                bool(self.cfg.get("rlimit_as")),
+                bool(self.cfg.get("nproc")),
+            )
             os.environ.clear()
             os.environ.update(self.cfg["env"])
             os.environ.update(req.get("env") or {})
@@ -242,7 +259,7 @@ class Zygote:
             os.write(4, b"1")
             os.close(4)
             code = self.harness.run(req, blobs)
-        except BaseException as exc:  # noqa: BLE001 - report set-up failures, then die
+        except BaseException as exc:
             try:
                 os.write(2, f"codegym harness: {exc!r}\n".encode())
             except OSError:
@@ -276,7 +293,7 @@ class Zygote:
                     if fd >= 0:
                         os.close(fd)
                 self._init_process(req, blobs, fds)
-            except BaseException:  # noqa: BLE001 - visible in the worker's stderr
+            except BaseException:
                 import traceback
 
                 traceback.print_exc()
@@ -414,7 +431,7 @@ def main() -> None:
                 header, out_blobs = {"pong": True}, []
             else:
                 header, out_blobs = {"error": f"unknown op {op!r}"}, []
-        except Exception as exc:  # noqa: BLE001 - our fault: report it as infra
+        except Exception as exc:
             header, out_blobs = {"error": f"{type(exc).__name__}: {exc}"}, []
         write_frame(out, header, out_blobs)
 

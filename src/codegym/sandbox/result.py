@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 
-class Verdict(str, enum.Enum):
+class Verdict(enum.StrEnum):
     """How an execution ended.
 
     All but ``INFRA`` are the program's doing and may be scored. ``INFRA`` is ours (the
@@ -27,9 +27,6 @@ class Verdict(str, enum.Enum):
     """Died from a signal that was not one of our limits (a segfault, an abort, ...)."""
     INFRA = "infra"
     """The sandbox failed, not the program."""
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def is_infra(self) -> bool:

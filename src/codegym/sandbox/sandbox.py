@@ -68,7 +68,8 @@ def _as_bytes(value: Text, what: str, cap: int = MAX_INPUT_BYTES) -> bytes:
         raise SandboxInputError(f"{what} must be str or bytes, got {type(value).__name__}")
     if len(data) > cap:
         raise SandboxInputError(
-            f"{what} is {len(data)} bytes; the limit is {cap} bytes — pass less data")
+            f"{what} is {len(data)} bytes; the limit is {cap} bytes — pass less data"
+        )
     return data
 
 
@@ -78,16 +79,21 @@ def _code_bytes(code: Text) -> bytes:
         data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SandboxInputError(
-            f"code is not valid UTF-8 (byte {e.start}: {data[e.start:e.start + 4]!r}); "
-            "decode the source to str first or fix its encoding") from None
+            f"code is not valid UTF-8 (byte {e.start}: {data[e.start : e.start + 4]!r}); "
+            "decode the source to str first or fix its encoding"
+        ) from None
     return data
 
 
 def _check_path(path: str) -> str:
-    if (not isinstance(path, str) or not path or path.startswith("/") or "\0" in path
-            or any(part in ("..", "") for part in path.split("/"))):
-        raise SandboxInputError(
-            f"file path {path!r} must be relative, without '..' or empty parts")
+    if (
+        not isinstance(path, str)
+        or not path
+        or path.startswith("/")
+        or "\0" in path
+        or any(part in ("..", "") for part in path.split("/"))
+    ):
+        raise SandboxInputError(f"file path {path!r} must be relative, without '..' or empty parts")
     return path
 
 
@@ -108,11 +114,18 @@ class Sandbox:
     _session = False
     _session_disk_mb = 256
 
-    def __init__(self, tier: str = "jail", workers: int | None = None, *,
-                 python: str | None = None, recycle_after: int = 2000) -> None:
+    def __init__(
+        self,
+        tier: str = "jail",
+        workers: int | None = None,
+        *,
+        python: str | None = None,
+        recycle_after: int = 2000,
+    ) -> None:
         if tier not in TIER_NAMES:
             raise SandboxInputError(
-                f"unknown sandbox tier {tier!r}; choose one of {', '.join(TIER_NAMES)}")
+                f"unknown sandbox tier {tier!r}; choose one of {', '.join(TIER_NAMES)}"
+            )
         n = workers if workers is not None else (os.cpu_count() or 1)
         if not isinstance(n, int) or not 1 <= n <= 512:
             raise SandboxInputError(f"workers={workers!r}: use an integer in 1..512")
@@ -155,8 +168,7 @@ class Sandbox:
         self._bpf = _seccomp.deny_list_bpf()
         tag = f"{os.getpid()}-{id(self) & 0xFFFF:x}"
         spec = WorkerSpec if not self._session else _session_spec(self._session_disk_mb)
-        self._workers = [Worker(tier, spec(f"{tag}-w{i}"), self._bpf)
-                         for i in range(self.size)]
+        self._workers = [Worker(tier, spec(f"{tag}-w{i}"), self._bpf) for i in range(self.size)]
         try:
             async with asyncio.TaskGroup() as tg:
                 for w in self._workers:
@@ -174,23 +186,32 @@ class Sandbox:
 
     # -- public calls --------------------------------------------------------
 
-    async def run_python(self, code: Text, stdin: Text = "", *,
-                         files: Mapping[str, Text] | None = None,
-                         limits: Limits | None = None,
-                         argv: Sequence[str] | None = None) -> ExecResult:
+    async def run_python(
+        self,
+        code: Text,
+        stdin: Text = "",
+        *,
+        files: Mapping[str, Text] | None = None,
+        limits: Limits | None = None,
+        argv: Sequence[str] | None = None,
+    ) -> ExecResult:
         """Run a Python program in a warm, forked interpreter.
 
         Raises:
             SandboxInputError: non-UTF-8 or oversized code, bad file paths, bad limits.
         """
         blobs = [_code_bytes(code), _as_bytes(stdin, "stdin")]
-        req = {"mode": "python", "code": 0, "stdin": 1,
-               "argv": ["main.py", *(argv or [])]}
+        req = {"mode": "python", "code": 0, "stdin": 1, "argv": ["main.py", *(argv or [])]}
         return await self._submit(req, blobs, files, limits or Limits(), 0)
 
-    async def run(self, command: str | Sequence[str], stdin: Text = "", *,
-                  files: Mapping[str, Text] | None = None,
-                  limits: Limits | None = None) -> ExecResult:
+    async def run(
+        self,
+        command: str | Sequence[str],
+        stdin: Text = "",
+        *,
+        files: Mapping[str, Text] | None = None,
+        limits: Limits | None = None,
+    ) -> ExecResult:
         """Run a command as a fresh process in the same isolation (bash, gcc, node, ...).
 
         A string runs through ``/bin/sh -c``; a sequence is an argv.
@@ -200,11 +221,16 @@ class Sandbox:
         req = {"mode": "exec", "argv": argv, "stdin": 0}
         return await self._submit(req, blobs, files, limits or Limits(), 0)
 
-    async def run_tests(self, code: Text | None, tests: Sequence[TestCase], *,
-                        command: str | Sequence[str] | None = None,
-                        build: str | Sequence[str] | None = None,
-                        files: Mapping[str, Text] | None = None,
-                        limits: Limits | None = None) -> ExecResult:
+    async def run_tests(
+        self,
+        code: Text | None,
+        tests: Sequence[TestCase],
+        *,
+        command: str | Sequence[str] | None = None,
+        build: str | Sequence[str] | None = None,
+        files: Mapping[str, Text] | None = None,
+        limits: Limits | None = None,
+    ) -> ExecResult:
         """Run one program against many test cases in a single round trip.
 
         Python: pass ``code``. Anything else: pass ``files``, a ``build`` command run once
@@ -216,7 +242,8 @@ class Sandbox:
         kinds = {type(t) for t in tests}
         if len(kinds) > 1 or not kinds <= {AssertTest, IOTest}:
             raise SandboxInputError(
-                "tests must be all AssertTest or all IOTest instances, not a mix")
+                "tests must be all AssertTest or all IOTest instances, not a mix"
+            )
         if (code is None) == (command is None):
             raise SandboxInputError("pass either code (Python) or command (any program)")
         if AssertTest in kinds and code is None:
@@ -230,7 +257,7 @@ class Sandbox:
             req.update(mode="exec", argv=_argv(command or ""))
         if build is not None:
             req["build"] = _argv(build)
-        wire = []
+        wire: list[dict[str, Any]] = []
         for t in tests:
             if isinstance(t, AssertTest):
                 if not isinstance(t.code, str):
@@ -239,21 +266,36 @@ class Sandbox:
             else:
                 if t.compare not in ("exact", "tokens", "float"):
                     raise SandboxInputError(
-                        f"IOTest.compare={t.compare!r}: use exact, tokens or float")
-                blobs += [_as_bytes(t.stdin, "IOTest.stdin"),
-                          _as_bytes(t.expected, "IOTest.expected")]
-                wire.append({"kind": "stdio", "stdin": len(blobs) - 2,
-                             "expected": len(blobs) - 1, "compare": t.compare,
-                             "tolerance": t.tolerance})
+                        f"IOTest.compare={t.compare!r}: use exact, tokens or float"
+                    )
+                blobs += [
+                    _as_bytes(t.stdin, "IOTest.stdin"),
+                    _as_bytes(t.expected, "IOTest.expected"),
+                ]
+                wire.append(
+                    {
+                        "kind": "stdio",
+                        "stdin": len(blobs) - 2,
+                        "expected": len(blobs) - 1,
+                        "compare": t.compare,
+                        "tolerance": t.tolerance,
+                    }
+                )
         req["tests"] = wire
-        n = len(tests) + (1 if build is not None else 0)
-        return await self._submit(req, blobs, files, limits or Limits(), n)
+        steps = len(tests) + (1 if build is not None else 0)
+        return await self._submit(req, blobs, files, limits or Limits(), len(tests), steps)
 
     # -- machinery -----------------------------------------------------------
 
-    async def _submit(self, req: dict[str, Any], blobs: list[bytes],
-                      files: Mapping[str, Text] | None, limits: Limits,
-                      batch: int) -> ExecResult:
+    async def _submit(
+        self,
+        req: dict[str, Any],
+        blobs: list[bytes],
+        files: Mapping[str, Text] | None,
+        limits: Limits,
+        batch: int,
+        steps: int = 1,
+    ) -> ExecResult:
         if not isinstance(limits, Limits):
             raise SandboxInputError(f"limits must be a Limits, got {type(limits).__name__}")
         wire_files = []
@@ -263,10 +305,11 @@ class Sandbox:
             total += len(data)
             if total > MAX_INPUT_BYTES:
                 raise SandboxInputError(
-                    f"files add up to more than {MAX_INPUT_BYTES} bytes; pass less data")
+                    f"files add up to more than {MAX_INPUT_BYTES} bytes; pass less data"
+                )
             blobs.append(data)
             wire_files.append([_check_path(path), len(blobs) - 1, 0o644])
-        deadline = limits.wall * max(1, batch)
+        deadline = limits.wall * max(1, steps)
         req.update(op="run", files=wire_files, limits=limits.to_wire(), wall_s=deadline)
         if self._closed:
             raise SandboxClosed("this Sandbox is closed")
@@ -278,8 +321,15 @@ class Sandbox:
         finally:
             self._idle.put_nowait(worker)
 
-    async def _execute(self, worker: Worker, req: dict[str, Any], blobs: list[bytes],
-                       limits: Limits, batch: int, deadline: float) -> ExecResult:
+    async def _execute(
+        self,
+        worker: Worker,
+        req: dict[str, Any],
+        blobs: list[bytes],
+        limits: Limits,
+        batch: int,
+        deadline: float,
+    ) -> ExecResult:
         reason = ""
         for attempt in range(2):  # a dead worker is replaced and the run tried once more
             if self._session and worker.runs and not worker.alive:
@@ -302,8 +352,11 @@ class Sandbox:
                     after = cg.stats()
                     stats = type(after)(
                         (after.cpu_s - before.cpu_s)
-                        if after.cpu_s is not None and before.cpu_s is not None else None,
-                        after.peak_bytes, after.oom_kills - before.oom_kills)
+                        if after.cpu_s is not None and before.cpu_s is not None
+                        else None,
+                        after.peak_bytes,
+                        after.oom_kills - before.oom_kills,
+                    )
             except (WorkerCrashed, OSError) as e:
                 reason = str(e)
                 log.warning("sandbox worker %s failed: %s", worker.spec.name, reason)
@@ -339,8 +392,16 @@ def _argv(command: str | Sequence[str]) -> list[str]:
 
 
 def _infra(reason: str) -> ExecResult:
-    return ExecResult(verdict=Verdict.INFRA, exit_code=None, signal=None, stdout="",
-                      stderr="", cpu_s=0.0, wall_s=0.0, reason=reason)
+    return ExecResult(
+        verdict=Verdict.INFRA,
+        exit_code=None,
+        signal=None,
+        stdout="",
+        stderr="",
+        cpu_s=0.0,
+        wall_s=0.0,
+        reason=reason,
+    )
 
 
 def _session_spec(disk_mb: int):  # type: ignore[no-untyped-def]
@@ -363,8 +424,9 @@ class Session(Sandbox):
 
     _session = True
 
-    def __init__(self, tier: str = "jail", *, disk_mb: int = 256,
-                 python: str | None = None) -> None:
+    def __init__(
+        self, tier: str = "jail", *, disk_mb: int = 256, python: str | None = None
+    ) -> None:
         super().__init__(tier, 1, python=python, recycle_after=1 << 62)
         if not isinstance(disk_mb, int) or not 1 <= disk_mb <= 1 << 16:
             raise SandboxInputError(f"disk_mb={disk_mb!r}: use an integer in 1..65536")

@@ -4,4 +4,12 @@ from codegym.tasks.humaneval import DatasetError, load_humaneval
 from codegym.tasks.scoring import DEFAULT_LIMITS, Score, outcome_of, score
 from codegym.tasks.task import Task
 
-__all__ = ["DEFAULT_LIMITS", "DatasetError", "Score", "Task", "load_humaneval", "outcome_of", "score"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "DatasetError",
+    "Score",
+    "Task",
+    "load_humaneval",
+    "outcome_of",
+    "score",
+]

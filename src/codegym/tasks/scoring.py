@@ -46,8 +46,9 @@ def outcome_of(result: ExecResult) -> Score:
     return Score(False, outcome, detail, result.cpu_s, result.wall_s)
 
 
-async def score(sandbox: Sandbox, task: Task, completion: str,
-                limits: Limits = DEFAULT_LIMITS) -> Score:
+async def score(
+    sandbox: Sandbox, task: Task, completion: str, limits: Limits = DEFAULT_LIMITS
+) -> Score:
     """Run the task's tests against ``completion``."""
     result = await sandbox.run_tests(
         task.program(completion), [AssertTest(task.check_call())], limits=limits

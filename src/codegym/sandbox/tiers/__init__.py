@@ -16,7 +16,8 @@ def make_tier(name: str, python: str | None = None) -> Tier:
     if name == "gvisor":
         from codegym.sandbox.tiers.gvisor import GVisorTier
 
-        return GVisorTier(python)
+        tier: Tier = GVisorTier(python)
+        return tier
     if name == "process":
         from codegym.sandbox.tiers.process import ProcessTier
 

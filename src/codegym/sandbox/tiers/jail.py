@@ -32,8 +32,16 @@ from codegym.sandbox.tier import (
 )
 
 INNER_UID = 1000
-ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime",
-             "ssl/openssl.cnf", "nsswitch.conf", "os-release")
+ETC_FILES = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "localtime",
+    "ssl/openssl.cnf",
+    "nsswitch.conf",
+    "os-release",
+)
 ZYGOTE_DIR = "/opt/codegym"
 WORKDIR = "/work"
 
@@ -64,14 +72,33 @@ class JailTier(Tier):
     def launch(self, spec: WorkerSpec) -> Launch:
         assert self.bwrap and self.python
         uid = sandbox_uid() if os.geteuid() == 0 else os.geteuid()
-        cgroup = _cgroups.WorkerCgroup(f"{spec.name}", uid, backstop_memory_mb=8192,
-                                       backstop_pids=4200)
+        cgroup = _cgroups.WorkerCgroup(
+            f"{spec.name}", uid, backstop_memory_mb=8192, backstop_pids=4200
+        )
         argv = [
-            self.bwrap, "--unshare-all", "--die-with-parent", "--new-session",
-            "--uid", str(INNER_UID), "--gid", str(INNER_UID), "--cap-add", "ALL",
-            "--hostname", "sandbox",
-            "--ro-bind", "/usr", "/usr",
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", WORKDIR,
+            self.bwrap,
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--uid",
+            str(INNER_UID),
+            "--gid",
+            str(INNER_UID),
+            "--cap-add",
+            "ALL",
+            "--hostname",
+            "sandbox",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "--dir",
+            WORKDIR,
         ]
         for link in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
             target = Path("/") / link
@@ -106,8 +133,11 @@ def _userns_ok(bwrap: str) -> bool:
     try:
         r = subprocess.run(
             [bwrap, "--unshare-user", "--unshare-pid", "--ro-bind", "/", "/", "true"],
-            user=uid, group=uid, extra_groups=[] if uid is not None else None,
-            capture_output=True, timeout=10,
+            user=uid,
+            group=uid,
+            extra_groups=[] if uid is not None else None,
+            capture_output=True,
+            timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
         return False
