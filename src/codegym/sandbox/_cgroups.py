@@ -94,6 +94,7 @@ class WorkerCgroup:
         self.uid = uid
         self.dirs = [b / name for b in _base(v)]
         self._limits: tuple[int, int] | None = None
+        self._last: Stats | None = None
         for d in self.dirs:
             (d / "run").mkdir(parents=True, exist_ok=True)
         if v == 2:
@@ -164,6 +165,20 @@ class WorkerCgroup:
         peak = int(peak_file.read_text()) if peak_file.exists() else None
         oom = _keyed(mem / "memory.events").get("oom_kill", 0)
         return Stats(cpu_us / 1e6 if cpu_us is not None else None, peak, oom)
+
+    def run_stats(self) -> Stats:
+        """The counters of the run that just ended (deltas since the previous call).
+
+        Nothing runs in the slot between two runs, so the previous reading is the
+        baseline of this one: one read per counter per run.
+        """
+        now = self.stats()
+        before = self._last or Stats(0.0, 0, 0)
+        self._last = now
+        cpu = None
+        if now.cpu_s is not None and before.cpu_s is not None:
+            cpu = now.cpu_s - before.cpu_s
+        return Stats(cpu, now.peak_bytes, now.oom_kills - before.oom_kills)
 
     def remove(self) -> None:
         for d in self.dirs:

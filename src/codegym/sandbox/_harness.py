@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import errno
 import json
 import math
 import os
@@ -54,6 +55,52 @@ def parse_results(raw: bytes) -> list[dict]:
         except ValueError:
             break  # a truncated last line: the missing tests are reported as not run
     return out
+
+
+class ExitWatch:
+    """An fd that turns readable when child ``pid`` exits; the child is not reaped.
+
+    A pidfd where the kernel has ``pidfd_open``. gVisor (the ``gvisor`` tier) lacks it:
+    there a SIGCHLD wakeup pipe stands in, and ``exited()`` asks ``waitid(WNOWAIT)``.
+    Create it in the parent after the fork, so no child inherits the handler.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._pipe: tuple[int, int] | None = None
+        try:
+            self.fd = os.pidfd_open(pid)
+            return
+        except OSError as e:
+            if e.errno != errno.ENOSYS:
+                raise
+        r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._pipe = (r, w)
+        self.fd = r
+        self._handler = signal.signal(signal.SIGCHLD, lambda *_: None)
+        self._wakeup = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        os.write(w, b"\0")  # the child may be gone already: check once up front
+
+    def exited(self) -> bool:
+        """Whether the child has exited; call when ``fd`` is readable."""
+        if self._pipe is None:
+            return True
+        try:
+            while os.read(self.fd, 512):
+                pass
+        except BlockingIOError:
+            pass
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        return os.waitid(os.P_PID, self.pid, flags) is not None
+
+    def close(self) -> None:
+        if self._pipe is None:
+            os.close(self.fd)
+            return
+        signal.set_wakeup_fd(self._wakeup)
+        signal.signal(signal.SIGCHLD, self._handler)
+        for fd in self._pipe:
+            os.close(fd)
 
 
 # ---------------------------------------------------------------- running
@@ -272,7 +319,8 @@ def _in_child(fn, lim: dict, stdin: bytes | None) -> tuple[dict, bytes]:
     if stdin is not None:
         os.close(out_w)
         os.close(in_fd)
-    pidfd = os.pidfd_open(pid)
+    watch = ExitWatch(pid)
+    pidfd = watch.fd
     out = bytearray()
     res_buf = bytearray()
     poller = select.poll()
@@ -291,8 +339,9 @@ def _in_child(fn, lim: dict, stdin: bytes | None) -> tuple[dict, bytes]:
             continue
         for fd, _ in poller.poll(None if left == float("inf") else max(0.0, left) * 1000):
             if fd == pidfd:
-                exited = True
-                poller.unregister(fd)
+                if watch.exited():
+                    exited = True
+                    poller.unregister(fd)
                 continue
             chunk = os.read(fd, 65536)
             if not chunk:
@@ -306,7 +355,7 @@ def _in_child(fn, lim: dict, stdin: bytes | None) -> tuple[dict, bytes]:
                     overflow = True
                     _kill_tree(pid)
     _, status = os.waitpid(pid, 0)
-    os.close(pidfd)
+    watch.close()
     for fd in (res_r, out_r):
         if fd >= 0:
             os.close(fd)

@@ -345,18 +345,8 @@ class Sandbox:
             try:
                 if cg is not None:
                     cg.prepare(limits.memory_mb, limits.max_processes)
-                    before = cg.stats()
                 reply, out = await worker.call(req, blobs, deadline + GRACE_S)
-                stats = None
-                if cg is not None:
-                    after = cg.stats()
-                    stats = type(after)(
-                        (after.cpu_s - before.cpu_s)
-                        if after.cpu_s is not None and before.cpu_s is not None
-                        else None,
-                        after.peak_bytes,
-                        after.oom_kills - before.oom_kills,
-                    )
+                stats = cg.run_stats() if cg is not None else None
             except (WorkerCrashed, OSError) as e:
                 reason = str(e)
                 log.warning("sandbox worker %s failed: %s", worker.spec.name, reason)
