@@ -1,0 +1,61 @@
+"""The CLI as a user runs it: real processes, real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CODEGYM = [str(Path(sys.executable).parent / "codegym")]
+
+
+def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CODEGYM, *args], capture_output=True, text=True, input=stdin,
+                          timeout=120)  # fmt: skip
+
+
+def test_sandbox_check_lists_tiers() -> None:
+    r = run("sandbox", "check")
+    assert r.returncode == 0 and "jail" in r.stderr and "process" in r.stderr
+
+
+def test_sandbox_run_json(tmp_path: Path) -> None:
+    prog = tmp_path / "p.py"
+    prog.write_text("print(6 * 7)")
+    r = run("sandbox", "run", str(prog), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["verdict"] == "ok" and out["stdout"] == "42\n"
+
+
+def test_score_writes_results_and_reports_bad_lines(tmp_path: Path) -> None:
+    samples = tmp_path / "samples.jsonl"
+    good = {"task_id": "HumanEval/0", "completion": "    return False\n", "extra": 1}
+    lines = [json.dumps(good), "{not json", json.dumps({"task_id": "Nope/1", "completion": ""})]
+    samples.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "results.jsonl"
+    r = run("score", "--suite", "humaneval", str(samples), "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    assert "samples.jsonl:2" in r.stderr and "unknown task_id 'Nope/1'" in r.stderr
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["extra"] == 1
+    assert rows[0]["passed"] is False and rows[0]["outcome"] == "fail"
+    assert json.loads(r.stdout)["scored"] == 1
+
+
+def test_score_stops_on_bad_line_when_asked(tmp_path: Path) -> None:
+    samples = tmp_path / "s.jsonl"
+    samples.write_bytes(b'{"task_id": "HumanEval/0", "completion": "\xff"}\n')
+    r = run("score", str(samples), "--out", str(tmp_path / "o.jsonl"), "--on-bad-line", "stop")
+    assert r.returncode == 2 and "s.jsonl:1" in r.stderr
+
+
+@pytest.mark.slow
+def test_demo_scores_all_references(tmp_path: Path) -> None:
+    r = run("demo", "--out", str(tmp_path / "demo"), "--repeats", "1")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert summary["scored"] == 164 and summary["outcomes"] == {"pass": 164}
