@@ -31,6 +31,33 @@ RESULT_FD = 3
 _OUT_CAP = 1 << 20
 
 
+FATAL_BY_DEFAULT = (
+    signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+    signal.SIGALRM, signal.SIGXCPU, signal.SIGXFSZ, signal.SIGVTALRM, signal.SIGPROF,
+    signal.SIGABRT,
+)  # fmt: skip
+
+
+def die(signum: int, frame: object) -> None:
+    """Act out a signal's default action for pid 1, which the kernel would ignore.
+
+    The zygote installs this in the program process (pid 1 of its namespace). The
+    marker on fd 4 lets the zygote report the signal rather than an exit status.
+    """
+    try:
+        os.write(4, b"S%d" % signum)
+    except OSError:
+        pass
+    os._exit(128 + signum)
+
+
+def _default_signals() -> None:
+    """In a forked test process (not pid 1) the kernel's defaults work again."""
+    for sig in FATAL_BY_DEFAULT:
+        if signal.getsignal(sig) is die:
+            signal.signal(sig, signal.SIG_DFL)
+
+
 def warm() -> None:
     """Touch lazily-initialised machinery once, in the zygote, so forks share it."""
     compile("x = 1", "<warm>", "exec")
@@ -306,6 +333,9 @@ def _in_child(fn, lim: dict, stdin: bytes | None) -> tuple[dict, bytes]:
     if pid == 0:
         rc = 1
         try:
+            _default_signals()
+            # gVisor arms RLIMIT_CPU on setrlimit only, not on fork: arm it again
+            resource.setrlimit(resource.RLIMIT_CPU, resource.getrlimit(resource.RLIMIT_CPU))
             os.close(res_r)
             os.dup2(res_w, RESULT_FD)
             if stdin is not None:

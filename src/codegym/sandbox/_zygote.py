@@ -177,7 +177,7 @@ class Zygote:
 
         With namespaces E is pid 1 of a fresh pid namespace, so when it exits the kernel
         kills everything it started. A pid 1 ignores signals it has no handler for, so
-        E installs handlers that end it as the default action would (see ``_die``).
+        E installs handlers that end it as the default action would (see ``_harness.die``).
         """
         code = 1
         try:
@@ -190,8 +190,8 @@ class Zygote:
                 for where in fresh:
                     _mount(b"tmpfs", where, b"tmpfs", MS_NOSUID | MS_NODEV, size)
                 _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-                for sig in _FATAL_BY_DEFAULT:
-                    signal.signal(sig, _die)
+                for sig in self.harness.FATAL_BY_DEFAULT:
+                    signal.signal(sig, self.harness.die)
             else:
                 os.setsid()
             for path in self.cgroup_procs:
@@ -255,7 +255,8 @@ class Zygote:
         for fd in (out_w, err_w, stdin, res_w, fds["ready_w"]):
             if fd >= 0:
                 os.close(fd)
-        pidfd = os.pidfd_open(pid)
+        watch = self.harness.ExitWatch(pid)  # a pidfd, or gVisor's stand-in for one
+        pidfd = watch.fd
         cap = lim["output_bytes"]
         bufs = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray()}
         total = 0
@@ -277,8 +278,9 @@ class Zygote:
             events = poller.poll(None if left == float("inf") else max(0, left) * 1000)
             for fd, _ in events:
                 if fd == pidfd:
-                    exited = True
-                    poller.unregister(pidfd)
+                    if watch.exited():
+                        exited = True
+                        poller.unregister(pidfd)
                     continue
                 chunk = os.read(fd, 65536)
                 if not chunk:
@@ -298,7 +300,7 @@ class Zygote:
                 break  # daemons may hold the pipes open; the tree is killed below
         wall = time.monotonic() - start
         _, status, ru = os.wait4(pid, 0)
-        os.close(pidfd)
+        watch.close()
         if not self.namespaces:
             _killpg(pid)  # whatever the program left in its process group
         marks = _read_all(ready_r)
@@ -311,7 +313,7 @@ class Zygote:
             shutil.rmtree(scratch, ignore_errors=True)
         code = os.waitstatus_to_exitcode(status)
         died = re.fullmatch(rb"RS(\d{1,2})", marks[:8])
-        if died and os.WIFEXITED(status):  # pid 1 ended by a signal's default action (_die)
+        if died and os.WIFEXITED(status):  # pid 1 ended by a default-fatal signal (harness.die)
             code = -int(died.group(1))
         header = {
             "exit_code": code,
@@ -334,22 +336,6 @@ class Zygote:
                 _killpg(pid)
         except ProcessLookupError:
             pass
-
-
-_FATAL_BY_DEFAULT = (
-    signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
-    signal.SIGALRM, signal.SIGXCPU, signal.SIGXFSZ, signal.SIGVTALRM, signal.SIGPROF,
-    signal.SIGABRT,
-)  # fmt: skip
-
-
-def _die(signum: int, frame: object) -> None:
-    """Act out a signal's default action for pid 1, which the kernel would ignore."""
-    try:
-        os.write(4, b"S%d" % signum)
-    except OSError:
-        pass
-    os._exit(128 + signum)
 
 
 def _killpg(pid: int) -> None:

@@ -9,37 +9,48 @@ gVisor (no ``runsc exec`` per run). The container sees an empty read-only root w
 tier: a fresh pid/mount/ipc namespace (gVisor's own), private tmpfs work dir, /tmp and
 /dev/shm, rlimits, no capabilities, no_new_privs and the seccomp deny-list.
 
-Threat model. Covered: everything the ``jail`` tier covers, plus the host kernel. The
-program's system calls are served by gVisor's user-space kernel (the Sentry), which runs
-on the host as an unprivileged user in its own namespaces under a strict host seccomp
-filter; file access goes through a separate gofer process, and only read-only binds
-are exposed. A Linux kernel bug reachable from a syscall is therefore not reachable
-from the program, which makes this the tier for agents and multi-tenant use. Not
-covered: bugs in gVisor itself (a Sentry escape still lands in a confined,
-unprivileged process), CPU side channels, the public system files under /usr, and
-denial of service inside one worker's sandbox (a run can slow its own worker).
+Threat model. Covered: what the ``jail`` tier covers (with the limits below), plus the
+host kernel. The program's system calls are served by gVisor's user-space kernel (the
+Sentry), which runs on the host as an unprivileged user in its own namespaces under a
+strict host seccomp filter; file access goes through a separate gofer process, and only
+read-only binds are exposed. The program never makes a host system call: a host kernel
+bug is reachable only through the Sentry's own small, filtered set of host calls, which
+makes this the tier for agents and multi-tenant use. Not covered: bugs in gVisor itself
+(a Sentry escape still lands in a confined, unprivileged process), CPU side channels,
+the public system files under /usr, and denial of service inside one worker's sandbox (a
+run can slow its own worker).
 
 Limits, and how each is enforced (weaker than ``jail`` where noted):
 
-- CPU time: RLIMIT_CPU inside gVisor, and the tree's rusage measured by gVisor.
+- CPU time: RLIMIT_CPU inside gVisor, and the run's rusage as measured by gVisor.
+  Weaker: this gVisor arms RLIMIT_CPU on ``setrlimit`` only, not on ``fork``, so a
+  process the program forks itself is stopped by the wall-clock limit instead (the
+  verdict is still ``timeout``; it just takes ``wall_s``). The harness re-arms it for
+  each test of a batch.
 - Wall clock and output: the zygote, as in every tier.
 - Memory: RLIMIT_AS (``memory_mb`` + 512 MiB of address space) per process, inside
-  gVisor. gVisor's own memory cgroup does not enforce limits, and a host cgroup limit
-  per run would kill the Sentry (the whole worker), so there is no per-run cgroup:
-  memory is bounded per process, not per tree. The whole sandbox (Sentry, gofer and
-  the program) sits in a host cgroup with an 8 GiB / 8192-pid backstop.
-- Processes: RLIMIT_NPROC, which gVisor enforces per uid inside the sandbox; the
-  zygote's own processes (2) count towards it. This gVisor build's cgroupfs has no
-  pids controller.
-- Peak memory is the largest process's ``ru_maxrss``, not the tree's cgroup peak.
+  gVisor. Weaker: bounded per process, not per tree. gVisor's memory cgroup does not
+  enforce its limit (measured), and a host cgroup limit per run would kill the Sentry
+  (the whole worker), so there is no per-run cgroup. The whole sandbox (Sentry, gofer
+  and the program) sits in one host cgroup per worker with an 8 GiB / 8192-task
+  backstop.
+- Processes and threads: RLIMIT_NPROC, which gVisor enforces per uid inside the
+  sandbox; the zygote shares the uid, so a run gets one fewer than ``max_processes``.
+  (This gVisor's cgroupfs has no pids controller.)
+- Peak memory is the run's ``ru_maxrss`` (largest process), not a cgroup peak.
 
-Needs: ``runsc`` on PATH (Debian: ``apt-get install runsc``), root (``runsc run``
-creates namespaces and chroots its processes), and a working platform. The default
-is ``ptrace`` (``CODEGYM_RUNSC_PLATFORM`` overrides it): the ``kvm`` platform needs
+Known gaps of this runsc build (Debian's 20221219): no ``pidfd_open`` (the zygote falls
+back to a SIGCHLD pipe); ``statx``/``fstatat`` reject ``AT_NO_AUTOMOUNT`` with EINVAL,
+so coreutils ``ls`` and ``stat`` fail inside the sandbox (``cp``, ``find``, ``du``,
+Python and compilers work); ``fork`` costs ~9 ms under ptrace (<1 ms natively).
+
+Needs: ``runsc`` on PATH (Debian: ``apt-get install runsc``; ``CODEGYM_RUNSC`` names
+another binary), root (``runsc run`` creates namespaces and chroots its processes;
+the sandbox itself then runs as an unprivileged host user), and a working platform.
+The default is ``ptrace`` (``CODEGYM_RUNSC_PLATFORM`` overrides it): ``kvm`` needs
 /dev/kvm and hangs in some nested VMs; ``systrap`` exists only in newer gVisor.
-Every process start costs more under ptrace (a ``fork`` is ~9 ms instead of <1 ms),
-so an execution costs tens of milliseconds instead of a few; a worker starts in about
-half a second.
+Cost on a 2-vCPU VM: ~35 ms per warm ``print(1)`` (``runsc exec`` per run: ~90 ms), and
+~0.45 s to start a worker (``benchmarks/gvisor_bench.py``).
 """
 
 from __future__ import annotations
@@ -70,10 +81,9 @@ PLATFORM_ENV = "CODEGYM_RUNSC_PLATFORM"
 PROBE_TIMEOUT_S = 30.0
 BACKSTOP_MEMORY_MB = 8192
 BACKSTOP_PIDS = 8192
-# What the zygote needs inside gVisor's user namespace: new pid/mount/ipc namespaces and
-# tmpfs/proc mounts per run (SYS_ADMIN), dropping the bounding set (SETPCAP), rlimits
-# above the container's defaults (SYS_RESOURCE). The program drops them all.
-ZYGOTE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_SYS_RESOURCE", "CAP_KILL")
+# All the zygote needs, inside gVisor's own user namespace: new pid/mount/ipc namespaces
+# and tmpfs/proc mounts per run. The program drops it before it starts.
+ZYGOTE_CAPS = ("CAP_SYS_ADMIN",)
 LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
@@ -112,20 +122,20 @@ class GVisorTier(Tier):
 
     def launch(self, spec: WorkerSpec) -> Launch:
         assert self.runsc and self.python
-        cgroup = SandboxCgroup(
-            spec.name,
-            os.geteuid(),
-            backstop_memory_mb=BACKSTOP_MEMORY_MB,
-            backstop_pids=BACKSTOP_PIDS,
-        )
+        tmp = Path(tempfile.mkdtemp(prefix=f"codegym-gvisor-{spec.name}-"))
+        bundle = tmp / "bundle"
+        args = [self.python, "-s", "-B", f"{ZYGOTE_DIR}/_zygote.py"]
+        binds = {f"{ZYGOTE_DIR}/{f}": str(PACKAGE_DIR / f) for f in ZYGOTE_FILES}
         try:
-            tmp = Path(tempfile.mkdtemp(prefix=f"codegym-gvisor-{spec.name}-"))
-            bundle = tmp / "bundle"
-            args = [self.python, "-s", "-B", f"{ZYGOTE_DIR}/_zygote.py"]
-            binds = {f"{ZYGOTE_DIR}/{f}": str(PACKAGE_DIR / f) for f in ZYGOTE_FILES}
             write_bundle(bundle, args, {**BASE_ENV, "HOME": WORKDIR}, binds)
+            cgroup = SandboxCgroup(
+                spec.name,
+                os.geteuid(),
+                backstop_memory_mb=BACKSTOP_MEMORY_MB,
+                backstop_pids=BACKSTOP_PIDS,
+            )
         except BaseException:
-            cgroup.remove()
+            shutil.rmtree(tmp, ignore_errors=True)
             raise
         argv = [
             *runsc_flags(self.runsc, tmp / "state", self.platform),
@@ -187,7 +197,7 @@ def write_bundle(bundle: Path, args: list[str], env: dict[str, str], binds: dict
     ``binds`` maps container paths to host files, bound read-only.
     """
     rootfs = bundle / "rootfs"
-    for d in ("usr", "etc", "proc", "dev", "tmp", "run", WORKDIR.lstrip("/")):
+    for d in ("usr", "etc", "proc", "dev", "tmp", WORKDIR.lstrip("/")):
         (rootfs / d).mkdir(parents=True, exist_ok=True)
     mounts: list[dict[str, Any]] = [
         {"destination": "/proc", "type": "proc", "source": "proc"},
@@ -228,7 +238,7 @@ def write_bundle(bundle: Path, args: list[str], env: dict[str, str], binds: dict
             "cwd": "/",
             "capabilities": {k: caps for k in ("bounding", "effective", "permitted")},
             "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 65536, "soft": 1024}],
-            "noNewPrivileges": False,
+            "noNewPrivileges": True,
         },
         "root": {"path": "rootfs", "readonly": True},
         "hostname": "sandbox",
