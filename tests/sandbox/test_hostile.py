@@ -981,10 +981,6 @@ async def test_poison_the_process_state(sb: Sandbox) -> None:
     await _aftermath(sb, snap)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the jail's root tmpfs (/, /etc, /dev, /run, /opt) is writable and outlives the run",
-)
 async def test_poison_the_jail_root_fs(sb: Sandbox) -> None:
     async with _private_sandbox() as box:
         code = ATTEMPT + dedent(r"""
@@ -996,11 +992,6 @@ async def test_poison_the_jail_root_fs(sb: Sandbox) -> None:
         assert seen["dirs"] == _baseline["dirs"], r.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="/opt/codegym is first on the program's sys.path and writable: one run can shadow "
-    "a standard-library module for every later run on the worker",
-)
 async def test_poison_a_stdlib_module_for_the_next_run(sb: Sandbox) -> None:
     async with _private_sandbox() as box:
         plant = ATTEMPT + dedent(r"""
@@ -1013,11 +1004,6 @@ async def test_poison_a_stdlib_module_for_the_next_run(sb: Sandbox) -> None:
         assert (r.verdict, r.stdout) == (Verdict.OK, "'a b'\n"), r.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the jail's /etc is writable and outlives the run: an /etc/ld.so.preload written "
-    "by one run is loaded into every program a later run executes",
-)
 async def test_poison_ld_so_preload_for_the_next_run(sb: Sandbox) -> None:
     async with _private_sandbox() as box:
         plant = ATTEMPT + (
@@ -1059,11 +1045,6 @@ async def test_hung_program_does_not_block_the_pool(sb: Sandbox) -> None:
     await _aftermath(sb, snap)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cgroup v1: memory.limit_in_bytes is written before memory.memsw.limit_in_bytes, so "
-    "raising the limit fails with EINVAL and the worker is restarted",
-)
 async def test_a_larger_memory_limit_needs_no_worker_restart(sb: Sandbox) -> None:
     async with _private_sandbox() as box:
         for memory_mb in (MEMORY_MB, 4 * MEMORY_MB):
@@ -1108,17 +1089,6 @@ async def test_nul_byte_in_code(sb: Sandbox) -> None:
     await _aftermath(sb, snap)
 
 
-def _fractional(field: str, value: float) -> object:
-    return pytest.param(
-        {field: value},
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="Limits accepts a float for an integer field; the run then ends as INFRA "
-            "or with a TypeError, not with SandboxInputError",
-        ),
-    )
-
-
 @pytest.mark.parametrize(
     "kwargs",
     [
@@ -1135,17 +1105,12 @@ def _fractional(field: str, value: float) -> object:
         {"max_processes": 0},
         {"disk_mb": -5},
         {"open_files": 3},
-        pytest.param(
-            {"wall_s": "3"},
-            marks=pytest.mark.xfail(
-                strict=True, reason="a str wall_s raises TypeError, not SandboxInputError"
-            ),
-        ),
-        _fractional("memory_mb", 128.5),
-        _fractional("disk_mb", 16.5),
-        _fractional("open_files", 100.5),
-        _fractional("max_processes", 10.5),
-        _fractional("output_bytes", 100.5),
+        {"wall_s": "3"},
+        {"memory_mb": 128.5},
+        {"disk_mb": 16.5},
+        {"open_files": 100.5},
+        {"max_processes": 10.5},
+        {"output_bytes": 100.5},
     ],
     ids=lambda kwargs: ",".join(f"{k}={v!r}" for k, v in kwargs.items()),
 )

@@ -130,9 +130,13 @@ class WorkerCgroup:
     def _set(self, dirs: list[Path], memory: int, pids: int) -> None:
         if self.v == 1:
             mem, pid = dirs[0], dirs[1]
-            _write(mem / "memory.limit_in_bytes", str(memory))
+            memsw = mem / "memory.memsw.limit_in_bytes"
+            # memsw must stay >= the memory limit: raise it first, lower it last
             with contextlib.suppress(OSError):  # no swap accounting on some kernels
-                _write(mem / "memory.memsw.limit_in_bytes", str(memory))
+                _write(memsw, str(max(memory, int(memsw.read_text()))))
+            _write(mem / "memory.limit_in_bytes", str(memory))
+            with contextlib.suppress(OSError):
+                _write(memsw, str(memory))
             _write(pid / "pids.max", str(pids))
         else:
             _write(dirs[0] / "memory.max", str(memory))

@@ -43,13 +43,19 @@ class Limits:
             "open_files": (self.open_files, 16, 1 << 16),
         }
         for name, (value, lo, hi) in checks.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise SandboxInputError(f"Limits.{name} must be a number, got {value!r}")
+            kind = (int, float) if name == "cpu_s" else (int,)
+            if isinstance(value, bool) or not isinstance(value, kind):
+                what = "a number" if name == "cpu_s" else "an integer"
+                raise SandboxInputError(f"Limits.{name} must be {what}, got {value!r}")
             if not lo <= value <= hi:
                 raise SandboxInputError(
                     f"Limits.{name}={value!r} is out of range; use a value in [{lo}, {hi}]"
                 )
-        if self.wall_s is not None and not 0.01 <= self.wall_s <= 7200:
+        if self.wall_s is not None and (
+            isinstance(self.wall_s, bool)
+            or not isinstance(self.wall_s, (int, float))
+            or not 0.01 <= self.wall_s <= 7200
+        ):
             raise SandboxInputError(
                 f"Limits.wall_s={self.wall_s!r} is out of range; use 0.01..7200 or None"
             )

@@ -115,6 +115,8 @@ class JailTier(Tier):
             inner = f"/run/cg/{i}"
             argv += ["--bind", str(path), inner]
             inner_procs.append(inner)
+        # the jail's own root, /dev and mount points must not carry state between runs
+        argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
         argv += ["--chdir", "/", self.python, "-s", "-B", f"{ZYGOTE_DIR}/_zygote.py"]
         config = {
             "namespaces": True,
