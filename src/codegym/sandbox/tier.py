@@ -7,8 +7,11 @@ deadlines, verdicts, recycling) is shared and lives in ``_worker.py`` and ``sand
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import shutil
+import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +79,22 @@ class Launch:
     cgroup: WorkerCgroup | None = None
     cleanup: list[Path] = field(default_factory=list)
     """Paths to remove after the worker exits."""
+
+
+@functools.cache
+def zygote_dir() -> Path:
+    """A world-readable copy of the zygote files for this process.
+
+    The sandbox uid must read them, and the source tree may sit under a directory it
+    cannot enter (a clone in a 0700 temp dir, /root). Removed when the process exits.
+    """
+    d = Path(tempfile.mkdtemp(prefix="codegym_zygote_"))
+    for name in ZYGOTE_FILES:
+        shutil.copyfile(PACKAGE_DIR / name, d / name)
+        os.chmod(d / name, 0o644)
+    os.chmod(d, 0o755)
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 def sandbox_uid() -> int:

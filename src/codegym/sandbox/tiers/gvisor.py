@@ -68,12 +68,12 @@ from codegym.sandbox import _cgroups
 from codegym.sandbox.tier import (
     BASE_ENV,
     DEFAULT_PRELOAD,
-    PACKAGE_DIR,
     ZYGOTE_FILES,
     Launch,
     Tier,
     WorkerSpec,
     find_python,
+    zygote_dir,
 )
 from codegym.sandbox.tiers.jail import ETC_FILES, INNER_UID, WORKDIR, ZYGOTE_DIR
 
@@ -125,7 +125,7 @@ class GVisorTier(Tier):
         tmp = Path(tempfile.mkdtemp(prefix=f"codegym-gvisor-{spec.name}-"))
         bundle = tmp / "bundle"
         args = [self.python, "-s", "-B", f"{ZYGOTE_DIR}/_zygote.py"]
-        binds = {f"{ZYGOTE_DIR}/{f}": str(PACKAGE_DIR / f) for f in ZYGOTE_FILES}
+        binds = {f"{ZYGOTE_DIR}/{f}": str(zygote_dir() / f) for f in ZYGOTE_FILES}
         try:
             write_bundle(bundle, args, {**BASE_ENV, "HOME": WORKDIR}, binds)
             cgroup = SandboxCgroup(

@@ -22,13 +22,13 @@ from codegym.sandbox import _cgroups
 from codegym.sandbox.tier import (
     BASE_ENV,
     DEFAULT_PRELOAD,
-    PACKAGE_DIR,
     ZYGOTE_FILES,
     Launch,
     Tier,
     WorkerSpec,
     find_python,
     sandbox_uid,
+    zygote_dir,
 )
 
 INNER_UID = 1000
@@ -109,7 +109,7 @@ class JailTier(Tier):
         for name in ETC_FILES:
             argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
         for f in ZYGOTE_FILES:
-            argv += ["--ro-bind", str(PACKAGE_DIR / f), f"{ZYGOTE_DIR}/{f}"]
+            argv += ["--ro-bind", str(zygote_dir() / f), f"{ZYGOTE_DIR}/{f}"]
         inner_procs = []
         for i, path in enumerate(cgroup.slot_procs()):
             inner = f"/run/cg/{i}"

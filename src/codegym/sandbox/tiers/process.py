@@ -16,12 +16,12 @@ from pathlib import Path
 from codegym.sandbox.tier import (
     BASE_ENV,
     DEFAULT_PRELOAD,
-    PACKAGE_DIR,
     Launch,
     Tier,
     WorkerSpec,
     find_python,
     sandbox_uid,
+    zygote_dir,
 )
 
 
@@ -59,5 +59,5 @@ class ProcessTier(Tier):
             "rlimit_as": True,
             "nproc": True,
         }
-        argv = [self.python, "-s", "-B", str(PACKAGE_DIR / "_zygote.py")]
+        argv = [self.python, "-s", "-B", str(zygote_dir() / "_zygote.py")]
         return Launch(argv=argv, env=dict(BASE_ENV), config=config, uid=uid, cleanup=[work])
