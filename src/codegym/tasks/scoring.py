@@ -1,14 +1,16 @@
 """Score a completion against a task in the sandbox.
 
-Outcomes follow DESIGN.md: model outcomes (``pass``, ``fail``, ``error``, ``timeout``,
-``memory``, ``output_limit``) are scored; ``infra`` is ours and never a failure.
+Outcomes follow ``codegym.tasks.outcomes``: model outcomes (``pass``, ``fail``, ``error``,
+``timeout``, ``memory``, ``output_limit``, ``killed``) are scored; ``infra`` is ours and never
+a failure. With several test cases the first failing case decides the outcome.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codegym.sandbox import AssertTest, ExecResult, Limits, Sandbox, Verdict
+from codegym.sandbox import ExecResult, Limits, Sandbox, Verdict
+from codegym.tasks.outcomes import is_infra
 from codegym.tasks.task import Task
 
 DEFAULT_LIMITS = Limits(cpu_s=3.0, wall_s=10.0, memory_mb=512, output_bytes=1 << 20)
@@ -20,37 +22,44 @@ class Score:
 
     passed: bool
     outcome: str
-    """``pass``, ``fail`` (a test assertion failed), ``error``, ``timeout``, ``memory``,
-    ``output_limit``, ``killed`` or ``infra``."""
+    """A name from ``codegym.tasks.outcomes``."""
     detail: str
+    """Why it did not pass (first failing test's message, or the infra reason)."""
     cpu_s: float
+    """Sandbox CPU seconds across all test cases."""
     wall_s: float
+    """Sandbox wall seconds for the whole call."""
 
     @property
     def is_infra(self) -> bool:
-        return self.outcome == "infra"
+        return is_infra(self.outcome)
 
 
 def outcome_of(result: ExecResult) -> Score:
-    test = result.tests[0] if result.tests else None
+    """Map a sandbox result (one or more tests) to a scored outcome."""
     if result.verdict is Verdict.INFRA:
         return Score(False, "infra", result.reason, result.cpu_s, result.wall_s)
-    if test is not None and test.passed:
-        return Score(True, "pass", "", result.cpu_s, result.wall_s)
-    verdict = test.verdict if test is not None else result.verdict
-    detail = test.detail if test is not None else result.reason
-    if verdict is Verdict.OK:
-        outcome = "fail"  # the program ran; the check did not hold
-    else:
-        outcome = verdict.value
-    return Score(False, outcome, detail, result.cpu_s, result.wall_s)
+    if not result.tests:
+        verdict = result.verdict
+        outcome = "error" if verdict is Verdict.OK else verdict.value
+        return Score(False, outcome, result.reason or "no test ran", result.cpu_s, result.wall_s)
+    for test in result.tests:
+        if test.passed:
+            continue
+        if test.verdict is Verdict.INFRA:
+            return Score(False, "infra", test.detail, result.cpu_s, result.wall_s)
+        outcome = "fail" if test.verdict is Verdict.OK else test.verdict.value
+        return Score(False, outcome, test.detail, result.cpu_s, result.wall_s)
+    return Score(True, "pass", "", result.cpu_s, result.wall_s)
 
 
 async def score(
-    sandbox: Sandbox, task: Task, completion: str, limits: Limits = DEFAULT_LIMITS
+    sandbox: Sandbox, task: Task, completion: str, limits: Limits | None = None
 ) -> Score:
-    """Run the task's tests against ``completion``."""
-    result = await sandbox.run_tests(
-        task.program(completion), [AssertTest(task.check_call())], limits=limits
-    )
+    """Run the task's tests against ``completion``.
+
+    ``limits`` overrides; otherwise the task's own limits, else ``DEFAULT_LIMITS``.
+    """
+    lim = limits or task.limits or DEFAULT_LIMITS
+    result = await sandbox.run_tests(task.program(completion), task.tests(), limits=lim)
     return outcome_of(result)

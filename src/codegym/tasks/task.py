@@ -1,31 +1,107 @@
-"""A task: one problem a model must solve, with the tests that judge it."""
+"""A task: one problem a model must solve, with the tests that judge it.
+
+Two shapes share one record: assert-style (``entry_point`` + ``test`` defining
+``check(candidate)``, HumanEval) and stdin/stdout (``io_cases`` compared by ``compare``,
+MBPP/APPS/CodeContests style). ``digest`` covers everything that decides a verdict, so a
+result keyed by it is invalidated when the task changes.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
+from typing import Literal
+
+from codegym.sandbox import AssertTest, IOTest, Limits
+
+Compare = Literal["exact", "tokens", "float"]
+
+
+@dataclass(frozen=True)
+class IOCase:
+    """One stdin/stdout test case."""
+
+    stdin: str
+    """Fed to the program's standard input."""
+    expected: str
+    """The standard output a correct program prints."""
 
 
 @dataclass(frozen=True)
 class Task:
-    """One code problem with assert-style tests (HumanEval shape)."""
+    """One code problem and the tests that judge it."""
 
     id: str
     """Stable identifier, e.g. ``HumanEval/0``."""
     prompt: str
-    """What the model sees; completions continue it."""
-    entry_point: str
-    """The function the tests call."""
-    test: str
-    """Python source defining ``check(candidate)``."""
+    """What the model sees; for assert-style tasks completions continue it."""
+    entry_point: str = ""
+    """Assert-style: the function the tests call."""
+    test: str = ""
+    """Assert-style: Python source defining ``check(candidate)``."""
+    io_cases: tuple[IOCase, ...] = ()
+    """Stdin/stdout style: the cases a full program must pass."""
+    compare: Compare = "tokens"
+    """Stdin/stdout style: how stdout is compared (see ``codegym.sandbox.IOTest``)."""
     reference: str = ""
-    """A known-good completion (the canonical solution), used as ground truth."""
+    """A known-good completion (assert-style) or program (stdin/stdout), the ground truth."""
     cluster: str = ""
-    """Group label for clustered standard errors."""
+    """Group label for clustered standard errors (defaults to the id)."""
+    limits: Limits | None = None
+    """Per-task limits (set from the reference's measured CPU time); None: the suite's."""
     metadata: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    """Free-form labels (source, difficulty, family); not part of the digest."""
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValueError("a task needs a non-empty id")
+        if bool(self.io_cases) == bool(self.test):
+            raise ValueError(
+                f"task {self.id!r}: give either assert tests (entry_point + test) "
+                "or io_cases, exactly one of them"
+            )
+        if self.test and not self.entry_point:
+            raise ValueError(f"task {self.id!r}: assert-style tests need an entry_point")
+
+    @property
+    def kind(self) -> Literal["assert", "io"]:
+        return "io" if self.io_cases else "assert"
+
+    @property
+    def group(self) -> str:
+        """The cluster label used for clustered errors."""
+        return self.cluster or self.id
 
     def program(self, completion: str) -> str:
-        """The program that defines the solution and the ``check`` function."""
+        """The Python program to run for ``completion``.
+
+        Assert-style: the prompt continued by the completion, then the ``check`` function.
+        Stdin/stdout: the completion itself is the program.
+        """
+        if self.kind == "io":
+            return completion
         return f"{self.prompt}{completion}\n\n{self.test}\n"
 
     def check_call(self) -> str:
         return f"check({self.entry_point})"
+
+    def tests(self) -> list[AssertTest] | list[IOTest]:
+        """The sandbox test cases for this task."""
+        if self.kind == "io":
+            return [IOTest(c.stdin, c.expected, compare=self.compare) for c in self.io_cases]
+        return [AssertTest(self.check_call())]
+
+    def digest(self) -> str:
+        """sha256 over everything that decides a verdict (not ``metadata``)."""
+        body = {
+            "id": self.id,
+            "prompt": self.prompt,
+            "entry_point": self.entry_point,
+            "test": self.test,
+            "io": [[c.stdin, c.expected] for c in self.io_cases],
+            "compare": self.compare,
+            "limits": self.limits.to_wire() if self.limits else None,
+        }
+        raw = json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        return hashlib.sha256(raw).hexdigest()
