@@ -2,12 +2,13 @@
 
 from codegym.tasks.humaneval import DatasetError, load_humaneval
 from codegym.tasks.outcomes import ALL_OUTCOMES, INFRA_OUTCOMES, MODEL_OUTCOMES, is_infra
-from codegym.tasks.scoring import DEFAULT_LIMITS, Score, outcome_of, score
+from codegym.tasks.scoring import DEFAULT_LIMITS, HARNESS_VERSION, Score, outcome_of, score
 from codegym.tasks.task import Compare, IOCase, Task
 
 __all__ = [
     "ALL_OUTCOMES",
     "DEFAULT_LIMITS",
+    "HARNESS_VERSION",
     "INFRA_OUTCOMES",
     "MODEL_OUTCOMES",
     "Compare",
