@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from codegym.cli import sandbox_cmd, score_cmd
+from codegym.cli import compare_cmd, eval_cmd, sandbox_cmd, score_cmd
 
 app = typer.Typer(
     name="codegym",
@@ -15,6 +15,10 @@ app = typer.Typer(
 )
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.command("score")(score_cmd.score)
+app.command("eval")(eval_cmd.eval_)
+app.command("compare")(compare_cmd.compare)
+app.command("gate")(compare_cmd.gate)
+app.command("plan")(compare_cmd.plan_cmd)
 app.command("demo")(score_cmd.demo)
 
 

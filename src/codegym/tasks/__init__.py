@@ -1,9 +1,18 @@
 """Tasks and datasets: what a model is asked to solve, and how it is judged."""
 
-from codegym.tasks.humaneval import DatasetError, load_humaneval
+from codegym.tasks.ground_truth import GroundTruthReport, Quarantined, verify
+from codegym.tasks.humaneval import load_humaneval
+from codegym.tasks.loaders import (
+    load_jsonl,
+    load_suite,
+    register_family,
+    register_manifest,
+    register_suite,
+)
 from codegym.tasks.outcomes import ALL_OUTCOMES, INFRA_OUTCOMES, MODEL_OUTCOMES, is_infra
 from codegym.tasks.scoring import DEFAULT_LIMITS, HARNESS_VERSION, Score, outcome_of, score
 from codegym.tasks.task import Compare, IOCase, Task
+from codegym.tasks.taskset import DatasetError, TaskSet, UnknownTaskError
 
 __all__ = [
     "ALL_OUTCOMES",
@@ -13,11 +22,21 @@ __all__ = [
     "MODEL_OUTCOMES",
     "Compare",
     "DatasetError",
+    "GroundTruthReport",
     "IOCase",
+    "Quarantined",
     "Score",
     "Task",
+    "TaskSet",
+    "UnknownTaskError",
     "is_infra",
     "load_humaneval",
+    "load_jsonl",
+    "load_suite",
     "outcome_of",
+    "register_family",
+    "register_manifest",
+    "register_suite",
     "score",
+    "verify",
 ]

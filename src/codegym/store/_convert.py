@@ -1,0 +1,115 @@
+"""Conversions between the store's records and Arrow batches / result rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from codegym.store._schema import Columns
+from codegym.store.errors import StoreInputError
+from codegym.store.records import Generation, RunItem, Score, Trajectory
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+R = TypeVar("R", Generation, Score, Trajectory)
+
+
+def iterable(items: Iterable[Any]) -> Iterable[Any]:
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise StoreInputError(
+            f"expected an iterable of records or keys, got a {type(items).__name__}; "
+            "wrap a single one in a list"
+        )
+    return items
+
+
+def unique(items: Iterable[R], kind: type[R], what: str) -> list[R]:
+    """Type-check and de-duplicate by key, first wins (as ON CONFLICT DO NOTHING does)."""
+    seen: dict[str, R] = {}
+    for it in iterable(items):
+        if not isinstance(it, kind):
+            raise StoreInputError(
+                f"{what} takes {kind.__name__} records, got {type(it).__name__} {it!r:.80}"
+            )
+        seen.setdefault(it.key, it)
+    return list(seen.values())
+
+
+def table(rows: list[Any], columns: Columns, row: Callable[[Any], tuple[Any, ...]]) -> pa.Table:
+    """An Arrow batch of ``rows`` (pyarrow is imported here, on the first write)."""
+    import pyarrow as pa
+
+    types = {
+        "string": pa.string(),
+        "int64": pa.int64(),
+        "float64": pa.float64(),
+        "bool_": pa.bool_(),
+        "int64[]": pa.list_(pa.int64()),
+        "float64[]": pa.list_(pa.float64()),
+    }
+    values = list(zip(*map(row, rows), strict=True)) if rows else [()] * len(columns)
+    try:
+        return pa.Table.from_arrays(
+            [pa.array(v, type=types[t]) for v, (_, t) in zip(values, columns, strict=True)],
+            names=[n for n, _ in columns],
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+        raise StoreInputError(f"a record has a value the store cannot hold: {e}") from e
+
+
+def gen_row(g: Generation) -> tuple[Any, ...]:
+    return (
+        g.key,
+        g.text,
+        g.finish_reason,
+        g.token_ids,
+        g.logprobs,
+        g.tokens_in,
+        g.tokens_out,
+        g.model_s,
+        g.created,
+    )
+
+
+def score_row(s: Score) -> tuple[Any, ...]:
+    return (s.key, s.passed, s.outcome, s.detail, s.cpu_s, s.wall_s, s.flaky, s.created)
+
+
+def to_json(value: Any, what: str) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise StoreInputError(
+            f"{what} is not JSON-serializable ({e}); convert it to dicts, lists, str and numbers"
+        ) from e
+
+
+def traj_row(t: Trajectory) -> tuple[Any, ...]:
+    data = to_json(dict(t.data), f"Trajectory {t.key[:12]}… data")
+    return (t.key, t.run_id, t.task_id, t.reward, t.outcome, data, t.created)
+
+
+def item_row(run_id: str, it: RunItem) -> tuple[Any, ...]:
+    sample = None if it.sample is None else to_json(dict(it.sample), f"RunItem {it.ordinal} sample")
+    return (
+        run_id,
+        it.ordinal,
+        it.task_id,
+        it.sample_index,
+        it.cluster,
+        it.generation_key,
+        it.score_key,
+        sample,
+    )
+
+
+def rows(cols: Mapping[str, list[Any]]) -> Iterator[dict[str, Any]]:
+    names = list(cols)
+    for values in zip(*cols.values(), strict=True):
+        yield dict(zip(names, values, strict=True))
+
+
+def trajectories(cols: Mapping[str, list[Any]]) -> list[Trajectory]:
+    return [Trajectory(**{**r, "data": json.loads(r["data"])}) for r in rows(cols)]

@@ -1,0 +1,347 @@
+"""Dataset record formats: one JSON object (a JSONL line) in, one ``Task`` out.
+
+Four formats, detected from their fields (``detect_format``) or forced by the caller:
+
+==============  =====================================================  ==================
+format          fields read                                            task shape
+==============  =====================================================  ==================
+humaneval       task_id, prompt, entry_point, test, canonical_solution  assert-style
+mbpp            task_id, text|prompt, code, test_list,                  assert-style
+                test_setup_code, test_imports (entry_point optional:
+                else the reference function the asserts call)
+apps            problem_id, question, input_output (JSON text or         stdin/stdout, or
+                object: inputs, outputs, fn_name), solutions,            assert-style when
+                starter_code, fn_name                                    fn_name is given
+codecontests    name, description, public_tests / private_tests /       stdin/stdout
+                generated_tests ({input: [...], output: [...]}),
+                solutions ({language: [...], solution: [...]})
+==============  =====================================================  ==================
+
+Assert-style programs are ``prompt + completion + test``, so an assert-style prompt must be
+valid Python: natural-language statements become ``#`` comments, and the completion is the
+whole solution. Stdin/stdout prompts are plain text.
+
+Contract: every converter raises ``RecordError`` naming the field and the fix; the loader
+adds the file and line.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import textwrap
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal
+
+from codegym.tasks.task import IOCase, Task
+
+Format = Literal["humaneval", "mbpp", "apps", "codecontests"]
+FORMATS: Final[tuple[Format, ...]] = ("humaneval", "mbpp", "apps", "codecontests")
+
+# CodeContests' Language enum: 3 is PYTHON3 (1 is Python 2, which we cannot run).
+_CC_PYTHON3: Final = {3, "3", "PYTHON3", "python3", "Python3", "PYTHON_3"}
+
+
+class RecordError(ValueError):
+    """One record cannot become a task; the message names the field and the fix."""
+
+
+def detect_format(row: Mapping[str, Any]) -> Format | None:
+    """The format whose distinctive fields ``row`` has, or None."""
+    if any(k in row for k in ("public_tests", "private_tests", "generated_tests")):
+        return "codecontests"
+    if "input_output" in row:
+        return "apps"
+    if "test_list" in row:
+        return "mbpp"
+    if {"prompt", "entry_point", "test"} <= row.keys():
+        return "humaneval"
+    return None
+
+
+def to_task(row: Mapping[str, Any], fmt: Format, fallback_id: str) -> Task:
+    """Convert one record; ``fallback_id`` is used when the record carries no id.
+
+    Raises:
+        RecordError: a field is missing or malformed.
+    """
+    task = _CONVERTERS[fmt](row, fallback_id)
+    return task
+
+
+# --- field helpers ---------------------------------------------------------------------------
+
+
+def _str(row: Mapping[str, Any], *names: str, required: bool = True) -> str:
+    """The first of ``names`` present in ``row`` (must be a string)."""
+    for name in names:
+        if name in row and row[name] is not None:
+            value = row[name]
+            if not isinstance(value, str):
+                raise RecordError(f"field {name!r} must be a string, got {type(value).__name__}")
+            return value
+    if required:
+        which = " or ".join(repr(n) for n in names)
+        raise RecordError(f"missing field {which}")
+    return ""
+
+
+def _id(row: Mapping[str, Any], names: tuple[str, ...], fallback: str) -> str:
+    for name in names:
+        value = row.get(name)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (str, int)) and str(value):
+            return str(value)
+    return fallback
+
+
+def _json_field(row: Mapping[str, Any], name: str) -> Any:
+    """A field that datasets store either as JSON text (APPS) or as the object itself."""
+    value = row.get(name)
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as e:
+            raise RecordError(f"field {name!r} holds malformed JSON text ({e.msg})") from None
+    return value
+
+
+def _as_comment(text: str) -> str:
+    """Text as ``#`` comment lines, so it can lead a Python program."""
+    return "".join(f"# {line}".rstrip() + "\n" for line in text.strip().splitlines())
+
+
+def _as_text(value: Any, what: str) -> str:
+    """A stdin/stdout payload: a string, or a list of lines (some APPS records)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "\n".join(value) + "\n"
+    raise RecordError(f"{what} must be a string or a list of strings, got {value!r:.60}")
+
+
+def _defined_names(code: str, field: str) -> list[str]:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as e:
+        raise RecordError(
+            f"field {field!r} is not valid Python (line {e.lineno}: {e.msg})"
+        ) from None
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    ]
+
+
+def _called_names(code: str) -> set[str]:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    return {
+        n.func.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+
+
+# --- converters -------------------------------------------------------------------------------
+
+
+def _humaneval(row: Mapping[str, Any], fallback_id: str) -> Task:
+    task_id = _str(row, "task_id")
+    return Task(
+        id=task_id,
+        prompt=_str(row, "prompt"),
+        entry_point=_str(row, "entry_point"),
+        test=_str(row, "test"),
+        reference=_str(row, "canonical_solution", required=False),
+        cluster=_str(row, "cluster", required=False) or task_id,
+        metadata={"format": "humaneval"},
+    )
+
+
+def _mbpp(row: Mapping[str, Any], fallback_id: str) -> Task:
+    text = _str(row, "text", "prompt")
+    code = _str(row, "code", required=False)
+    tests = row.get("test_list")
+    if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
+        raise RecordError("field 'test_list' must be a non-empty list of assert strings")
+    setup = _str(row, "test_setup_code", required=False)
+    imports = row.get("test_imports") or []  # sanitized MBPP lists imports separately
+    if not isinstance(imports, list) or not all(isinstance(i, str) for i in imports):
+        raise RecordError("field 'test_imports' must be a list of import lines")
+    setup = "\n".join([*imports, setup]).strip()
+    entry = _str(row, "entry_point", required=False)
+    if not entry:
+        if not code:
+            raise RecordError(
+                "missing field 'code' (or 'entry_point'): cannot tell which function the tests call"
+            )
+        called = _called_names("\n".join(tests))
+        candidates = [n for n in _defined_names(code, "code") if n in called]
+        if not candidates:
+            raise RecordError(
+                "cannot choose an entry point: no function defined in 'code' is called by "
+                "'test_list'; add an 'entry_point' field"
+            )
+        entry = candidates[0]
+    # The asserts name the function directly; wrapping them in check() gives the same
+    # shape as HumanEval, so scoring has one assert-style path.
+    body = textwrap.indent("\n".join(tests), "    ")
+    test = (f"{setup}\n\n" if setup.strip() else "") + f"def check(candidate):\n{body}\n"
+    prompt = _as_comment(f"{text}\nYour code should pass these tests:\n" + "\n".join(tests))
+    return Task(
+        id=_id(row, ("task_id",), fallback_id),
+        prompt=prompt,
+        entry_point=entry,
+        test=test,
+        reference=code,
+        cluster=_str(row, "cluster", required=False),
+        metadata={"format": "mbpp", "text": text},
+    )
+
+
+# Inlined into call-based APPS tests: APPS stores each expected return value wrapped in a
+# list and JSON has no tuples, so compare after mapping tuples to lists, and also against
+# the unwrapped value (what APPS' own testing_util accepts).
+_APPS_CHECK = """\
+import json as _json
+
+_CASES = _json.loads({cases!r})
+
+
+def _plain(value):
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {{k: _plain(v) for k, v in value.items()}}
+    return value
+
+
+def check(candidate):
+    for _i, (_args, _want) in enumerate(_CASES):
+        _got = _plain(candidate(*_args))
+        _ok = _got == _want or (isinstance(_want, list) and len(_want) == 1 and _got == _want[0])
+        assert _ok, f"case {{_i}}: returned {{_got!r:.200}}, expected {{_want!r:.200}}"
+"""
+
+
+def _apps(row: Mapping[str, Any], fallback_id: str) -> Task:
+    question = _str(row, "question", "prompt")
+    io = _json_field(row, "input_output")
+    if not isinstance(io, dict):
+        raise RecordError("field 'input_output' must hold an object with 'inputs' and 'outputs'")
+    inputs, outputs = io.get("inputs"), io.get("outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list) or not inputs:
+        raise RecordError("field 'input_output' needs non-empty lists 'inputs' and 'outputs'")
+    if len(inputs) != len(outputs):
+        raise RecordError(
+            f"field 'input_output' has {len(inputs)} inputs but {len(outputs)} outputs"
+        )
+    solutions = _json_field(row, "solutions") or []
+    if not isinstance(solutions, list) or not all(isinstance(s, str) for s in solutions):
+        raise RecordError("field 'solutions' must be a list of program strings (or its JSON)")
+    reference = solutions[0] if solutions else ""
+    task_id = _id(row, ("problem_id", "task_id", "id"), fallback_id)
+    meta = {"format": "apps"}
+    if isinstance(row.get("difficulty"), str):
+        meta["difficulty"] = row["difficulty"]
+    fn_name = io.get("fn_name") or row.get("fn_name")
+    if not fn_name:
+        cases = tuple(
+            IOCase(_as_text(i, f"input {n}"), _as_text(o, f"output {n}"))
+            for n, (i, o) in enumerate(zip(inputs, outputs, strict=True))
+        )
+        return Task(id=task_id, prompt=question, io_cases=cases, reference=reference, metadata=meta)
+    if not isinstance(fn_name, str) or not fn_name.isidentifier():
+        raise RecordError(f"'fn_name' must be a Python identifier, got {fn_name!r}")
+    if not all(isinstance(i, list) for i in inputs):
+        raise RecordError("call-based 'inputs' must each be a list of arguments")
+    # LeetCode-style problems define the function as a method of class Solution.
+    starter = _str(row, "starter_code", required=False)
+    in_class = "class Solution" in (starter or reference)
+    entry = f"Solution().{fn_name}" if in_class else fn_name
+    cases_json = json.dumps([[i, o] for i, o in zip(inputs, outputs, strict=True)])
+    prompt = _as_comment(question)
+    if starter:
+        prompt += _as_comment("Starter code:\n" + starter)
+    return Task(
+        id=task_id,
+        prompt=prompt,
+        entry_point=entry,
+        test=_APPS_CHECK.format(cases=cases_json),
+        reference=reference,
+        metadata={**meta, "fn_name": fn_name},
+    )
+
+
+def _cc_tests(row: Mapping[str, Any]) -> tuple[IOCase, ...]:
+    cases: list[IOCase] = []
+    for split in ("public_tests", "private_tests", "generated_tests"):
+        block = row.get(split)
+        if block is None:
+            continue
+        if not isinstance(block, dict):
+            raise RecordError(f"field {split!r} must be an object with 'input' and 'output' lists")
+        ins, outs = block.get("input", []), block.get("output", [])
+        if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs):
+            raise RecordError(f"field {split!r} needs 'input' and 'output' lists of equal length")
+        for n, (i, o) in enumerate(zip(ins, outs, strict=True)):
+            cases.append(
+                IOCase(_as_text(i, f"{split} input {n}"), _as_text(o, f"{split} output {n}"))
+            )
+    if not cases:
+        raise RecordError(
+            "no test cases: public_tests, private_tests and generated_tests are all empty"
+        )
+    return tuple(cases)
+
+
+def _cc_reference(row: Mapping[str, Any]) -> str:
+    sols = row.get("solutions")
+    if sols is None:
+        return ""
+    if not isinstance(sols, dict):
+        raise RecordError("field 'solutions' must be an object with 'language' and 'solution'")
+    langs, codes = sols.get("language", []), sols.get("solution", [])
+    if not isinstance(langs, list) or not isinstance(codes, list) or len(langs) != len(codes):
+        raise RecordError("field 'solutions' needs 'language' and 'solution' lists of equal length")
+    for lang, code in zip(langs, codes, strict=True):
+        if lang in _CC_PYTHON3 and isinstance(code, str):
+            return code
+    return ""  # no Python 3 solution: usable for evals, quarantined by ground truth
+
+
+def _codecontests(row: Mapping[str, Any], fallback_id: str) -> Task:
+    task_id = _id(row, ("name", "task_id"), fallback_id)
+    return Task(
+        id=task_id,
+        prompt=_str(row, "description", "prompt"),
+        io_cases=_cc_tests(row),
+        reference=_cc_reference(row),
+        metadata={"format": "codecontests", "source": str(row.get("source", ""))},
+    )
+
+
+_CONVERTERS: Final[dict[str, Callable[[Mapping[str, Any], str], Task]]] = {
+    "humaneval": _humaneval,
+    "mbpp": _mbpp,
+    "apps": _apps,
+    "codecontests": _codecontests,
+}
+
+
+def check_format(fmt: str) -> Format:
+    """``fmt`` as a ``Format``.
+
+    Raises:
+        RecordError: not a known format.
+    """
+    if fmt not in FORMATS:
+        raise RecordError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    return fmt
