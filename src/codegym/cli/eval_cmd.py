@@ -10,15 +10,15 @@ from typing import Annotated, Any
 
 import typer
 
-from codegym.cli._common import fail, open_store
+from codegym.cli._common import console, fail, open_store
 from codegym.cli._progress import score_progress
 from codegym.cli.score_cmd import _print_summary
 from codegym.evals.rundir import build_summary, write_run
-from codegym.evals.runner import Runner, RunnerConfig, SampleResult
+from codegym.evals.runner import Runner, RunnerConfig, SampleResult, quarantined_results
 from codegym.policies import OpenAIPolicy, PolicyError, SamplingParams
 from codegym.sandbox import HostUnsupported, Sandbox
 from codegym.store import DictCache, Store
-from codegym.tasks import DatasetError, Task, load_suite
+from codegym.tasks import DatasetError, Task, load_suite, verify
 
 
 def eval_(
@@ -39,6 +39,10 @@ def eval_(
     model_concurrency: Annotated[int, typer.Option(help="Model requests in flight.")] = 32,
     tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor, process.")] = "jail",
     workers: Annotated[int | None, typer.Option(help="Sandbox workers (default: CPUs).")] = None,
+    ground_truth: Annotated[
+        bool,
+        typer.Option(help="Run every reference first: quarantine broken tasks, size CPU limits."),
+    ] = True,
     flaky_repeats: Annotated[
         int, typer.Option(help="Execute each program R times; outcome changes mark it flaky.")
     ] = 1,
@@ -104,6 +108,7 @@ def eval_(
                     st,
                     model_concurrency,
                     flaky_repeats,
+                    ground_truth,
                     as_json,
                 )
             )
@@ -134,9 +139,19 @@ async def _evaluate(
     store: Store | None,
     model_concurrency: int,
     flaky_repeats: int,
+    ground_truth: bool,
     quiet: bool,
 ) -> list[SampleResult]:
     async with Sandbox(tier=tier, workers=workers) as sb:
+        broken: list[SampleResult] = []
+        if ground_truth and all(t.reference for t in tasks):
+            report = await verify(sb, tasks)
+            tasks = list(report.kept)
+            for q in report.quarantined:
+                console.print(f"[yellow]quarantined[/] {q.id}: {q.kind}: {q.reason}")
+                broken += quarantined_results(q.id, params.n, f"{q.kind}: {q.reason}")
+        elif ground_truth:
+            console.print("[yellow]some tasks have no reference: ground truth not checked[/]")
         with score_progress(len(tasks) * params.n, "eval", quiet) as progress:
             runner = Runner(
                 sb,
@@ -149,6 +164,6 @@ async def _evaluate(
                 on_result=progress,
             )
             try:
-                return await runner.evaluate(tasks, policy, params, chat=chat)
+                return broken + await runner.evaluate(tasks, policy, params, chat=chat)
             finally:
                 await policy.aclose()

@@ -350,6 +350,14 @@ class Runner:
         return self._cache.get_generations(keys) if self._cache and keys else {}
 
 
+def quarantined_results(task_id: str, n: int, reason: str) -> list[SampleResult]:
+    """The rows for a task whose reference failed ground truth: excluded, never scored."""
+    return [
+        SampleResult(task_id, i, "", False, "broken_ground_truth", reason, task_id)
+        for i in range(n)
+    ]
+
+
 def _chat_prompt(task: Task) -> str:
     if task.kind == "io":
         return (

@@ -20,6 +20,7 @@ failure (``codegym.tasks.outcomes``).
 from __future__ import annotations
 
 import asyncio
+import math
 import statistics
 import time
 from collections import Counter
@@ -180,9 +181,12 @@ async def verify(
 def sized_limits(base: Limits, ref_cpu_s: float, floor_cpu_s: float, factor: float) -> Limits:
     """``base`` with ``cpu_s = max(floor, factor × ref_cpu_s)`` (capped at Limits' maximum).
 
-    An explicit wall backstop is kept unless the new CPU limit needs a longer one.
+    An explicit wall backstop is kept unless the new CPU limit needs a longer one. The limit
+    is rounded up to a whole second: the kernel's RLIMIT_CPU counts whole seconds anyway,
+    and a stable limit keeps the task's digest (and so every cached score) stable across
+    runs whose measured reference time jitters.
     """
-    cpu = min(3600.0, max(floor_cpu_s, factor * ref_cpu_s))
+    cpu = float(math.ceil(min(3600.0, max(floor_cpu_s, factor * ref_cpu_s))))
     # Limits allows a wall backstop of at most 7200 s.
     wall = None if base.wall_s is None else min(7200.0, max(base.wall_s, Limits(cpu_s=cpu).wall))
     return replace(base, cpu_s=cpu, wall_s=wall)

@@ -1,0 +1,80 @@
+"""``codegym eval`` as a user runs it: a real process against a real server on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from codegym.policies import SamplingParams
+from codegym.policies.policy import Prompt
+from codegym.tasks import load_humaneval
+from codegym.testing.fake_openai import FakeOpenAIServer
+
+CODEGYM = str(Path(sys.executable).parent / "codegym")
+REFS = {t.prompt: t.reference for t in load_humaneval()}
+
+
+def answer(prompt: Prompt, params: SamplingParams, index: int) -> str:
+    """Sample 0: the reference; sample 1: wrong."""
+    assert isinstance(prompt, str)
+    return REFS[prompt] if index == 0 else "    return None\n"
+
+
+def run_eval(
+    base_url: str, out: Path, store: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    cmd = [CODEGYM, "eval", "--suite", "humaneval", "--model", "fake-model",
+           "--base-url", base_url, "-n", "2", "--limit", "20", "--out", str(out),
+           "--store", str(store), "--json", *extra]  # fmt: skip
+    env = {**os.environ, "OPENAI_API_KEY": "test"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+
+
+def rows(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+
+
+def test_eval_writes_a_run_folder_and_reruns_for_free(tmp_path: Path) -> None:
+    with FakeOpenAIServer(responder=answer) as srv:
+        first = run_eval(srv.base_url, tmp_path / "run", tmp_path / "s.duckdb")
+        assert first.returncode == 0, first.stderr
+        seen = srv.requests
+        again = run_eval(srv.base_url, tmp_path / "run2", tmp_path / "s.duckdb")
+        assert again.returncode == 0, again.stderr
+        assert srv.requests == seen  # the second run asked the model nothing
+    summary = json.loads(first.stdout)
+    assert summary["requested"] == 40 and summary["scored"] == 40
+    assert summary["pass_at_k"]["1"]["estimate"] == 0.5
+    assert summary["pass_at_k"]["2"]["estimate"] == 1.0
+    assert summary["cost"]["tokens_in"] > 0 and summary["config"]["model"] == "fake-model"
+    got = rows(tmp_path / "run")
+    assert {r["outcome"] for r in got if r["sample_index"] == 0} == {"pass"}
+    assert {r["outcome"] for r in got if r["sample_index"] == 1} <= {"fail", "error"}
+    assert all({"task_id", "completion", "passed", "outcome", "model_s"} <= r.keys() for r in got)
+    assert json.loads(again.stdout)["cached"] == 40
+    assert rows(tmp_path / "run2") == got
+
+
+def test_unreachable_server_is_infra_not_failure(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    r = run_eval(f"http://127.0.0.1:{port}/v1", tmp_path / "run", tmp_path / "s.duckdb",
+                 "--no-ground-truth")  # fmt: skip
+    assert r.returncode == 3, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["scored"] == 0 and summary["excluded_by_reason"] == {"policy_error": 40}
+    assert (
+        "policy_error" in r.stderr and "127.0.0.1" in (tmp_path / "run/results.jsonl").read_text()
+    )
+
+
+def test_bad_options_get_clear_errors(tmp_path: Path) -> None:
+    r = run_eval("http://127.0.0.1:9/v1", tmp_path / "run", tmp_path / "s.duckdb",
+                 "--mode", "banana")  # fmt: skip
+    assert r.returncode == 2 and "--mode" in r.stderr
