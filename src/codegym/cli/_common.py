@@ -34,3 +34,16 @@ def open_store(path: Path | None, disabled: bool) -> Iterator[Store | None]:
         yield store
     finally:
         store.close()
+
+
+def start_telemetry(metrics_port: int | None, trace_file: Path | None) -> None:
+    """Expose metrics and write traces for a long-running command, when asked."""
+    from codegym.telemetry import MetricsServerError, configure_tracing, serve_metrics
+
+    if metrics_port is not None:
+        try:
+            serve_metrics(metrics_port)
+        except MetricsServerError as e:
+            fail(str(e))
+    if trace_file is not None:
+        configure_tracing("file", path=trace_file)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from codegym.cli import compare_cmd, eval_cmd, sandbox_cmd, score_cmd
+from codegym.cli import compare_cmd, eval_cmd, sandbox_cmd, score_cmd, serve_cmd
 
 app = typer.Typer(
     name="codegym",
@@ -13,6 +13,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+sandbox_cmd.app.command("serve")(serve_cmd.serve)
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.command("score")(score_cmd.score)
 app.command("eval")(eval_cmd.eval_)

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from codegym.cli._common import console, fail, open_store
+from codegym.cli._common import console, fail, open_store, start_telemetry
 from codegym.cli._progress import score_progress
 from codegym.cli.score_cmd import _print_summary
 from codegym.evals.rundir import build_summary, write_run
@@ -53,6 +53,12 @@ def eval_(
         Path | None, typer.Option(help="Result store (DuckDB file); default $CODEGYM_STORE.")
     ] = None,
     no_store: Annotated[bool, typer.Option(help="Do everything afresh, store nothing.")] = False,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+    ] = None,
+    trace_file: Annotated[
+        Path | None, typer.Option(help="Write OpenTelemetry spans to this JSONL file.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Sample a model on a suite, score every sample in the sandbox, write a run folder.
@@ -81,6 +87,7 @@ def eval_(
         fail(str(e))
     if limit is not None:
         tasks = tasks[:limit]
+    start_telemetry(metrics_port, trace_file)
     if not tasks:
         fail(f"suite {suite!r} has no tasks")
     config: dict[str, Any] = {

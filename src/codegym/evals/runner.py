@@ -20,10 +20,11 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from codegym.policies import Generation, Policy, PolicyError, SamplingParams
 from codegym.policies.extract import extract_code
@@ -100,13 +101,14 @@ class RunnerConfig:
 
 
 def generation_key(
-    task: Task, policy: str, params: SamplingParams, index: int, chat: bool = False
+    task: Task, policy: str, params: SamplingParams | str, index: int, chat: bool = False
 ) -> str:
+    """The store key of sample ``index``; ``params`` may be its precomputed digest."""
     return content_key(
         "generation",
         task=task.digest(),
         policy=policy,
-        params=params.digest(),
+        params=params if isinstance(params, str) else params.digest(),
         index=index,
         chat=chat,
     )
@@ -117,7 +119,7 @@ def score_key(task: Task, limits: Limits, program: str, repeats: int) -> str:
         "score",
         task=task.digest(),
         harness=HARNESS_VERSION,
-        limits=limits.to_wire(),
+        limits=_wire(limits),
         program=program,
         repeats=repeats,
     )
@@ -145,6 +147,9 @@ class Runner:
         self._pending_scores: list[tuple[str, Record]] = []
         self._pending_gens: list[tuple[str, Record]] = []
         self._last_flush = time.monotonic()
+        self._known_scores: dict[str, Record] = {}
+        self._extracted: dict[tuple[str, str, bool], str | None] = {}
+        self._score_keys: dict[tuple[str, str], str] = {}
 
     # -- scoring ---------------------------------------------------------------------------
 
@@ -188,11 +193,22 @@ class Runner:
     ) -> list[SampleResult]:
         """Sample ``params.n`` completions per task from ``policy`` and score them."""
         per_task: list[list[SampleResult]] = [[] for _ in tasks]
+        pdigest = params.digest()
         gen_keys = [
-            [generation_key(t, policy.name, params, i, chat) for i in range(params.n)]
+            [generation_key(t, policy.name, pdigest, i, chat) for i in range(params.n)]
             for t in tasks
         ]
         known = self._lookup_generations([k for ks in gen_keys for k in ks])
+        # One batched score lookup for everything already sampled (a resumed run): per-task
+        # lookups would cost one store query per task.
+        prefetch = []
+        for t, ks in zip(tasks, gen_keys, strict=True):
+            for k in ks:
+                g = known.get(k)
+                code = None if g is None else self._extract(g["text"], t, chat)
+                if code is not None:
+                    prefetch.append(self._score_key(t, code))
+        self._known_scores.update(self._lookup_scores(prefetch))
 
         async def one(ti: int) -> None:
             task = tasks[ti]
@@ -245,9 +261,7 @@ class Runner:
         pending: list[tuple[SampleResult, str]] = []
         for i, g in enumerate(gens):
             text = g["text"]
-            code = extract_code(
-                text, task_prompt=task.prompt, style="chat" if chat else "continuation"
-            )
+            code = self._extract(text, task, chat)
             res = SampleResult(
                 task.id,
                 i,
@@ -270,20 +284,32 @@ class Runner:
                 pending.append((res, self._score_key(task, code)))
                 continue
             self._emit(res)
-        known = self._lookup_scores([k for _, k in pending])
+        missing = [k for _, k in pending if k not in self._known_scores]
+        known = {**self._known_scores, **self._lookup_scores(missing)}
         await asyncio.gather(
             *(self._score_into(res, task, key, known.get(key)) for res, key in pending)
         )
 
     # -- shared machinery ------------------------------------------------------------------
 
+    def _extract(self, text: str, task: Task, chat: bool) -> str | None:
+        memo = (text, task.prompt, chat)
+        if memo not in self._extracted:
+            style: Literal["chat", "continuation"] = "chat" if chat else "continuation"
+            self._extracted[memo] = extract_code(text, task_prompt=task.prompt, style=style)
+        return self._extracted[memo]
+
     def _limits_for(self, task: Task) -> Limits:
         return self._limits or task.limits or DEFAULT_LIMITS
 
     def _score_key(self, task: Task, completion: str) -> str:
-        return score_key(
-            task, self._limits_for(task), task.program(completion), self._cfg.flaky_repeats
-        )
+        memo = (task.digest(), completion)
+        key = self._score_keys.get(memo)
+        if key is None:
+            key = self._score_keys[memo] = score_key(
+                task, self._limits_for(task), task.program(completion), self._cfg.flaky_repeats
+            )
+        return key
 
     async def _score_into(
         self, res: SampleResult, task: Task, key: str, known: Record | None
@@ -348,6 +374,11 @@ class Runner:
 
     def _lookup_generations(self, keys: Sequence[str]) -> Mapping[str, Record]:
         return self._cache.get_generations(keys) if self._cache and keys else {}
+
+
+@functools.lru_cache(maxsize=256)
+def _wire(limits: Limits) -> dict[str, float | int]:
+    return limits.to_wire()
 
 
 def quarantined_results(task_id: str, n: int, reason: str) -> list[SampleResult]:

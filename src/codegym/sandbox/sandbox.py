@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from codegym.sandbox.limits import MAX_CODE_BYTES, MAX_INPUT_BYTES, Limits
 from codegym.sandbox.result import ExecResult, Verdict
 from codegym.sandbox.tier import Tier, WorkerSpec
 from codegym.sandbox.tiers import TIER_NAMES, make_tier
+from codegym.telemetry import metrics as _metrics  # telemetry: metrics and spans
+from codegym.telemetry.tracing import set_error, span
 
 log = logging.getLogger("codegym.sandbox")
 
@@ -179,10 +182,18 @@ class Sandbox:
         for w in self._workers:
             self._idle.put_nowait(w)
         self._started = True
+        _metrics.track_pool(self)  # telemetry: busy/idle worker gauges
 
     async def close(self) -> None:
         self._closed = True
         await asyncio.gather(*(w.stop() for w in self._workers), return_exceptions=True)
+
+    def pool_usage(self) -> tuple[int, int]:
+        """``(busy, idle)`` worker counts, for the telemetry gauges; ``(0, 0)`` when closed."""
+        if self._closed or not self._started:
+            return 0, 0
+        idle = self._idle.qsize()
+        return len(self._workers) - idle, idle
 
     # -- public calls --------------------------------------------------------
 
@@ -315,11 +326,25 @@ class Sandbox:
             raise SandboxClosed("this Sandbox is closed")
         if not self._started:
             raise SandboxClosed("use 'async with Sandbox(...)' or await start() first")
-        worker = await self._idle.get()
-        try:
-            return await self._execute(worker, req, blobs, limits, batch, deadline)
-        finally:
-            self._idle.put_nowait(worker)
+        # telemetry: a `sandbox.exec` span, queue wait, and run latency by verdict.
+        op = "tests" if "tests" in req else str(req["mode"])
+        with span("sandbox.exec", tier=self.tier_name, op=op, tests=batch or None) as sp:
+            with _metrics.sandbox_waiting(self.tier_name):
+                worker = await self._idle.get()
+            start = time.perf_counter()
+            try:
+                result = await self._execute(worker, req, blobs, limits, batch, deadline)
+            finally:
+                self._idle.put_nowait(worker)
+            _metrics.observe_sandbox_run(
+                self.tier_name, op, result.verdict.value, time.perf_counter() - start
+            )
+            if sp.is_recording():
+                v = result.verdict.value
+                sp.set_attributes({"verdict": v, "cpu_s": result.cpu_s, "wall_s": result.wall_s})
+                if result.verdict is Verdict.INFRA:
+                    set_error(sp, result.reason)
+            return result
 
     async def _execute(
         self,
@@ -336,6 +361,8 @@ class Sandbox:
                 reason = "the session's worker died; its files are lost"
                 break
             if not worker.alive or worker.runs >= self.recycle_after:
+                cause = "replaced" if not worker.alive else "scheduled"
+                _metrics.count_recycle(self.tier_name, cause)  # telemetry
                 try:
                     await self._restart(worker)
                 except (WorkerCrashed, OSError) as e:
@@ -359,8 +386,10 @@ class Sandbox:
             if result.verdict is Verdict.INFRA:
                 await worker.stop()  # a broken run may have left the worker tainted
                 self.infra_count += 1
+                _metrics.count_sandbox_infra(self.tier_name, result.reason)  # telemetry
             return result
         self.infra_count += 1
+        _metrics.count_sandbox_infra(self.tier_name, reason)  # telemetry
         return _infra(reason)
 
     async def _restart(self, worker: Worker) -> None:

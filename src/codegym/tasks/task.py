@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from codegym.sandbox import AssertTest, IOTest, Limits
@@ -94,6 +95,10 @@ class Task:
 
     def digest(self) -> str:
         """sha256 over everything that decides a verdict (not ``metadata``)."""
+        return self._digest
+
+    @cached_property
+    def _digest(self) -> str:  # a frozen record: compute once (result keys use it per sample)
         body = {
             "id": self.id,
             "prompt": self.prompt,

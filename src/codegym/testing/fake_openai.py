@@ -447,6 +447,21 @@ class FakeOpenAIServer:
         return app
 
 
+def humaneval_responder() -> Responder:
+    """Answers HumanEval prompts: the reference for even indexes, ``return None`` otherwise."""
+    from codegym.tasks import load_humaneval
+
+    refs = {t.prompt: t.reference for t in load_humaneval()}
+
+    def respond(prompt: Prompt, params: SamplingParams, index: int) -> str:
+        ref = refs.get(prompt) if isinstance(prompt, str) else None
+        if ref is None:
+            return default_responder(prompt, params, index)
+        return ref if index % 2 == 0 else "    return None\n"
+
+    return respond
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve the fake from this process until interrupted (for benchmarks)."""
     import argparse
@@ -456,8 +471,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per request")
     parser.add_argument("--model", default="fake-model")
+    parser.add_argument(
+        "--responder",
+        choices=("default", "humaneval"),
+        default="default",
+        help="humaneval: the reference solution for even sample indexes, a wrong one otherwise",
+    )
     args = parser.parse_args(argv)
-    srv = FakeOpenAIServer(latency_s=args.latency, model=args.model, host=args.host, port=args.port)
+    responder = humaneval_responder() if args.responder == "humaneval" else None
+    srv = FakeOpenAIServer(
+        responder=responder,
+        latency_s=args.latency,
+        model=args.model,
+        host=args.host,
+        port=args.port,
+    )
     with srv:
         print(srv.base_url, flush=True)
         try:

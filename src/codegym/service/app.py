@@ -1,0 +1,446 @@
+"""The sandbox as an HTTP service: ``create_app(config) -> FastAPI``.
+
+Routes (all JSON unless said; ``/v1/*`` need ``Authorization: Bearer <token>``):
+
+    POST   /v1/run                          one execution (Sandbox.run_python / run)
+    POST   /v1/tests                        one program, many tests (Sandbox.run_tests)
+    POST   /v1/sessions                     open a session -> {id, idle_ttl_s}
+    POST   /v1/sessions/{id}/exec           run in the session's workspace
+    PUT    /v1/sessions/{id}/files/{path}   upload raw bytes
+    GET    /v1/sessions/{id}/files/{path}   download raw bytes
+    DELETE /v1/sessions/{id}                close it
+    GET    /healthz  /readyz  /metrics  /openapi.json      (no token)
+
+Contract. An execution answers 200 with the ExecResult fields, whatever the program did;
+``verdict: "infra"`` means the sandbox failed, not the program. 400: a bad input (names
+it and the fix); 401: missing or wrong token; 404: unknown session or file; 413: body or
+file too large; 429 + Retry-After: the admission queue is full (nothing ran); 503 +
+Retry-After: draining or starting (nothing ran). ``Idempotency-Key`` on a POST makes a
+retry return the first answer without running twice, also while the first still runs.
+
+Threat model of the HTTP layer: the token guards every route that runs code (compared in
+constant time); health and metrics are open and carry no secrets. Bodies are capped before
+they are buffered; file paths are relative, without ``..`` or NUL. Code isolation is the
+sandbox tier's job (see ``codegym.sandbox.tiers``).
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the route closures' annotations at
+# runtime, and string annotations could not see the closure's local names.
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from codegym.sandbox import (
+    ExecResult,
+    Sandbox,
+    SandboxClosed,
+    SandboxError,
+    SandboxInputError,
+    Session,
+)
+from codegym.service import _metrics as m
+from codegym.service._control import Admission, IdempotencyStore, KeyReused, Overloaded, Reply
+from codegym.service.models import (
+    Data,
+    ErrorBody,
+    ExecResultModel,
+    FileWritten,
+    Health,
+    RunRequest,
+    SessionCreate,
+    SessionInfo,
+    TestsRequest,
+    check_path,
+    decode_data,
+)
+from codegym.service.sessions import SessionLimit, SessionManager, UnknownSession
+
+log = logging.getLogger("codegym.service")
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """How the service runs. ``token`` is required unless ``auth=False`` is explicit."""
+
+    token: str | None = None
+    """Bearer token every ``/v1`` request must carry."""
+    auth: bool = True
+    """Set False only on purpose (``--no-auth``): anyone who can connect may run code."""
+    tier: str = "jail"
+    """Sandbox tier: jail, gvisor or process."""
+    workers: int | None = None
+    """Executions at once (default: CPU count)."""
+    queue: int | None = None
+    """Executions that may wait for a slot (default: 4 × workers); more get 429."""
+    max_sessions: int = 32
+    """Open sessions at most (each holds one warm jail)."""
+    session_ttl_s: float = 300.0
+    """Idle seconds before a session is closed."""
+    max_body_bytes: int = 32 << 20
+    """Largest request body; larger gets 413."""
+    max_file_bytes: int = 16 << 20
+    """Largest single file (in a request or uploaded); larger gets 413."""
+    idempotency_ttl_s: float = 600.0
+    """How long an answer is kept for a retried Idempotency-Key."""
+
+    def __post_init__(self) -> None:
+        if self.auth and not self.token:
+            raise ValueError(
+                "the sandbox service needs a bearer token: pass --token or set CODEGYM_TOKEN "
+                "(or --no-auth to run without one, on a trusted network only)"
+            )
+        if self.token is not None and len(self.token) < 16 and self.auth:
+            raise ValueError("the token is shorter than 16 characters; use a long random one")
+
+
+HealthStatus = Literal["ok", "starting", "draining", "down"]
+SandboxFactory = Callable[[ServiceConfig], Sandbox]
+
+
+def _default_sandbox(config: ServiceConfig) -> Sandbox:
+    return Sandbox(tier=config.tier, workers=config.workers)
+
+
+class _State:
+    """Everything one app instance owns; lives on ``app.state.service``."""
+
+    def __init__(self, config: ServiceConfig, sandbox: Sandbox) -> None:
+        self.config = config
+        self.sandbox = sandbox
+        queue = config.queue if config.queue is not None else 4 * sandbox.size
+        self.admission = Admission(sandbox.size, queue)
+        self.idempotency = IdempotencyStore(ttl_s=config.idempotency_ttl_s)
+        self.sessions = SessionManager(
+            lambda disk_mb: Session(config.tier, disk_mb=disk_mb),
+            config.max_sessions,
+            config.session_ttl_s,
+        )
+        self.ready = False
+        self.draining = False
+        self.last_ok = 0.0  # monotonic time of the last execution that was not infra
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (400, 401, 404, 413, 429, 503)
+}
+
+
+def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> Response:
+    return Response(body, status, headers, media_type="application/json")
+
+
+def _error(status: int, detail: str, retry_after: int | None = None) -> HTTPException:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return HTTPException(status, detail, headers)
+
+
+def create_app(
+    config: ServiceConfig, sandbox_factory: SandboxFactory = _default_sandbox
+) -> FastAPI:
+    """Build the service. The sandbox pool starts with the app and closes after it drains.
+
+    Raises:
+        SandboxInputError: a bad tier or worker count in ``config``.
+    """
+    state = _State(config, sandbox_factory(config))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await state.sandbox.start()
+        state.sessions.start_collector()
+        state.ready = True
+        log.info("sandbox service ready: %s tier, %d workers", config.tier, state.sandbox.size)
+        try:
+            yield
+        finally:
+            state.draining = True
+            state.ready = False
+            await state.admission.drained()  # uvicorn already waited for open requests
+            await state.sessions.close_all()
+            await state.sandbox.close()
+
+    app = FastAPI(
+        title="codegym sandbox service",
+        version="1",
+        summary="Run untrusted code in the codegym sandbox over HTTP.",
+        lifespan=lifespan,
+    )
+    app.state.service = state
+    bearer = HTTPBearer(auto_error=False, description="The service token (--token).")
+
+    def authorized(
+        creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    ) -> None:
+        if not config.auth:
+            return
+        given = creds.credentials.encode() if creds is not None else b""
+        # compare_digest: the time taken does not say how much of the token matched
+        if creds is None or not hmac.compare_digest(given, (config.token or "").encode()):
+            raise HTTPException(
+                401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"}
+            )
+
+    guarded = [Depends(authorized)]
+
+    # -- helpers shared by the execution routes ---------------------------------
+
+    async def once(
+        request: Request, key: str | None, work: Callable[[], Awaitable[ExecResult]]
+    ) -> Response:
+        if state.draining or not state.ready:
+            m.REJECTED.labels("draining").inc()
+            why = "draining; retry on another instance" if state.draining else "starting"
+            raise _error(503, f"the sandbox service is {why}", retry_after=1)
+
+        async def admitted() -> Reply:
+            async with state.admission.admit():
+                m.QUEUED.set(state.admission.waiting)
+                try:
+                    result = await work()
+                except SandboxInputError as e:
+                    return 400, ErrorBody(detail=str(e)).model_dump_json().encode()
+                except SandboxClosed as e:
+                    return 503, ErrorBody(detail=str(e)).model_dump_json().encode()
+            if not result.verdict.is_infra:
+                state.last_ok = time.monotonic()
+            return 200, ExecResultModel.of(result).model_dump_json().encode()
+
+        try:
+            if key is None:
+                status, body = await admitted()
+            else:
+                body_in = await request.body()
+                digest = hashlib.sha256(
+                    f"{request.method} {request.url.path}\n".encode() + body_in
+                ).hexdigest()
+                replays = state.idempotency.replays
+                status, body = await state.idempotency.run(key, digest, admitted)
+                if state.idempotency.replays != replays:
+                    m.IDEMPOTENT_REPLAYS.inc()
+        except Overloaded as e:
+            m.REJECTED.labels("overloaded").inc()
+            raise _error(429, str(e), retry_after=e.retry_after_s) from None
+        except KeyReused as e:
+            raise _error(400, str(e)) from None
+        finally:
+            m.QUEUED.set(state.admission.waiting)
+        return _json(status, body, {"Retry-After": "1"} if status == 503 else None)
+
+    def files_of(files: dict[str, Data]) -> dict[str, bytes]:
+        out = {}
+        for path, value in files.items():
+            data = decode_data(value, f"file {path!r}")
+            if len(data) > config.max_file_bytes:
+                raise _error(
+                    413,
+                    f"file {path!r} is {len(data)} bytes; the limit is "
+                    f"{config.max_file_bytes} — upload big files into a session instead",
+                )
+            out[path] = data
+        return out
+
+    async def execute(sb: Sandbox, req: RunRequest) -> ExecResult:
+        limits = req.limits.to_limits()
+        files = files_of(req.files)
+        stdin = decode_data(req.stdin, "stdin")
+        if (req.code is None) == (req.command is None):
+            raise SandboxInputError("pass either code (Python) or command, not both or neither")
+        if req.code is not None:
+            return await sb.run_python(req.code, stdin, files=files, limits=limits, argv=req.argv)
+        assert req.command is not None
+        return await sb.run(req.command, stdin, files=files, limits=limits)
+
+    IdemKey = Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            max_length=200,
+            description="Retries with the same key get the first answer; the run happens once.",
+        ),
+    ]
+
+    # -- stateless execution ----------------------------------------------------
+
+    @app.post("/v1/run", response_model=ExecResultModel, responses=_ERRORS, dependencies=guarded)
+    async def run(req: RunRequest, request: Request, key: IdemKey = None) -> Response:
+        """Run one Python program (``code``) or command."""
+        return await once(request, key, lambda: execute(state.sandbox, req))
+
+    @app.post("/v1/tests", response_model=ExecResultModel, responses=_ERRORS, dependencies=guarded)
+    async def run_tests(req: TestsRequest, request: Request, key: IdemKey = None) -> Response:
+        """Run one program against many test cases; ``tests`` in the answer, in order."""
+
+        async def work() -> ExecResult:
+            return await state.sandbox.run_tests(
+                req.code,
+                req.test_cases(),
+                command=req.command,
+                build=req.build,
+                files=files_of(req.files),
+                limits=req.limits.to_limits(),
+            )
+
+        return await once(request, key, work)
+
+    # -- sessions -----------------------------------------------------------------
+
+    def valid_path(path: str) -> None:
+        try:
+            check_path(path)
+        except SandboxInputError as e:
+            raise _error(400, str(e)) from None
+
+    @contextlib.asynccontextmanager
+    async def session(sid: str) -> AsyncIterator[Session]:
+        try:
+            async with state.sessions.use(sid) as s:
+                yield s
+        except UnknownSession:
+            raise _error(404, f"no open session {sid!r}: it was closed or expired") from None
+
+    @app.post(
+        "/v1/sessions",
+        response_model=SessionInfo,
+        status_code=201,
+        responses=_ERRORS,
+        dependencies=guarded,
+    )
+    async def open_session(req: SessionCreate | None = None) -> SessionInfo:
+        """Open a workspace whose files persist across commands until closed or idle."""
+        if state.draining:
+            raise _error(503, "the sandbox service is draining", retry_after=1)
+        try:
+            sid = await state.sessions.open((req or SessionCreate()).disk_mb)
+        except SessionLimit as e:
+            m.REJECTED.labels("sessions").inc()
+            raise _error(429, str(e), retry_after=max(1, int(config.session_ttl_s))) from None
+        return SessionInfo(id=sid, idle_ttl_s=config.session_ttl_s)
+
+    @app.post(
+        "/v1/sessions/{sid}/exec",
+        response_model=ExecResultModel,
+        responses=_ERRORS,
+        dependencies=guarded,
+    )
+    async def session_exec(
+        sid: str, req: RunRequest, request: Request, key: IdemKey = None
+    ) -> Response:
+        """Run a program or command with the session's workspace as working directory."""
+
+        async def work() -> ExecResult:
+            async with session(sid) as s:
+                return await execute(s, req)
+
+        return await once(request, key, work)
+
+    @app.put(
+        "/v1/sessions/{sid}/files/{path:path}",
+        response_model=FileWritten,
+        responses=_ERRORS,
+        dependencies=guarded,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+            }
+        },
+    )
+    async def put_file(sid: str, path: str, request: Request) -> FileWritten:
+        """Write the request body (raw bytes) to ``path`` in the workspace."""
+        valid_path(path)
+        data = await request.body()
+        if len(data) > config.max_file_bytes:
+            raise _error(413, f"file is {len(data)} bytes; the limit is {config.max_file_bytes}")
+        async with session(sid) as s:
+            try:
+                await s.write_file(path, data)
+            except SandboxInputError as e:
+                raise _error(400, str(e)) from None
+            except SandboxError as e:
+                raise _error(503, str(e), retry_after=1) from None
+        return FileWritten(path=path, size=len(data))
+
+    @app.get(
+        "/v1/sessions/{sid}/files/{path:path}",
+        responses={
+            200: {"content": {"application/octet-stream": {"schema": {"type": "string"}}}},
+            **_ERRORS,
+        },
+        dependencies=guarded,
+    )
+    async def get_file(sid: str, path: str) -> Response:
+        """Read a file of the workspace as raw bytes."""
+        valid_path(path)
+        async with session(sid) as s:
+            try:
+                data = await s.read_file(path, max_bytes=config.max_file_bytes)
+            except SandboxInputError as e:
+                raise _error(400, str(e)) from None
+            except FileNotFoundError:
+                raise _error(404, f"no file {path!r} in session {sid!r}") from None
+            except SandboxError as e:
+                status = 413 if "larger than" in str(e) else 503
+                raise _error(status, str(e)) from None
+        return Response(data, media_type="application/octet-stream")
+
+    @app.delete("/v1/sessions/{sid}", status_code=204, responses=_ERRORS, dependencies=guarded)
+    async def close_session(sid: str) -> Response:
+        """Close a session and free its workspace."""
+        try:
+            await state.sessions.close(sid)
+        except UnknownSession:
+            raise _error(404, f"no open session {sid!r}") from None
+        return Response(status_code=204)
+
+    # -- health and metrics -------------------------------------------------------
+
+    def health(status: HealthStatus) -> Health:
+        return Health(
+            status=status,
+            workers=state.sandbox.size if state.ready else 0,
+            in_flight=state.admission.admitted,
+            sessions=len(state.sessions),
+        )
+
+    @app.get("/healthz", response_model=Health)
+    async def healthz() -> Health:
+        """Liveness: the process answers."""
+        return health("ok")
+
+    @app.get("/readyz", response_model=Health, responses={503: {"model": Health}})
+    async def readyz() -> Response:
+        """Readiness: the pool is up and ran code recently (or runs ``print(1)`` now)."""
+        status: HealthStatus = (
+            "draining" if state.draining else "starting" if not state.ready else "ok"
+        )
+        if status == "ok" and time.monotonic() - state.last_ok > 10:
+            try:
+                r = await asyncio.wait_for(state.sandbox.run_python("print(1)"), 10)
+            except (TimeoutError, SandboxError):
+                status = "down"
+            else:
+                status = "ok" if r.ok else "down"
+                if r.ok:
+                    state.last_ok = time.monotonic()
+        body = health(status).model_dump_json().encode()
+        return _json(200 if status == "ok" else 503, body)
+
+    @app.get("/metrics", response_class=Response)
+    async def metrics() -> Response:
+        """Prometheus text format: ``codegym_service_*`` and ``codegym_sandbox_*``."""
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    # outermost first: every request is measured, including refused big ones
+    app.add_middleware(m.LimitBody, max_bytes=config.max_body_bytes)
+    app.add_middleware(m.MeasureRequests)
+    return app

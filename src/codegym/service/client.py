@@ -1,0 +1,492 @@
+"""``RemoteSandbox``: the ``Sandbox`` API over HTTP, against one service or a pool of them.
+
+    async with RemoteSandbox(["http://a:8080", "http://b:8080"], token=...) as sb:
+        r = await sb.run_python("print(1)")          # an ExecResult, as in-process
+
+Contract. The same methods, arguments and results as ``codegym.sandbox.Sandbox``:
+``run_python``, ``run``, ``run_tests`` return ``ExecResult``; the caller's mistakes raise
+``SandboxInputError`` (the service's 400/413/422 detail); a wrong token raises
+``SandboxError``. Everything that is the service's fault — an instance that dies, hangs,
+sheds load or drains — is retried and, when retries run out, comes back as
+``Verdict.INFRA`` with a reason, never as an exception: infra failures are data.
+
+Pool. Each call goes to the healthy instance with the fewest calls in flight (ties in
+turn). A connection error or timeout marks an instance down for an exponential back-off
+and the call is retried elsewhere with the same ``Idempotency-Key``, so an instance that
+got the request before dying never makes it run twice on the same instance. A 429 sends
+the call to another instance, or makes it wait ``Retry-After`` when none is free; a 503
+(draining) keeps every call away from that instance for its ``Retry-After``. Failures are
+bounded by ``Retry.attempts``, waiting on busy instances by ``Retry.patience_s``; every
+request has a timeout (the run's wall limit plus ``Retry.slack_s``).
+
+Sessions are pinned to the instance that opened them: if it dies, the workspace is gone
+and the session's calls return ``INFRA``, as an in-process session whose worker died.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from codegym.sandbox import (
+    ExecResult,
+    Limits,
+    SandboxError,
+    SandboxInputError,
+    TestCase,
+    Verdict,
+)
+from codegym.service.models import (
+    ExecResultModel,
+    LimitsModel,
+    RunRequest,
+    SessionCreate,
+    SessionInfo,
+    TestsRequest,
+    check_path,
+    encode_data,
+    tests_to_wire,
+)
+
+Text = str | bytes
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How hard a call tries before it reports ``INFRA``."""
+
+    attempts: int = 8
+    """Failed requests per call (connection errors, timeouts, 5xx), over all instances."""
+    patience_s: float = 300.0
+    """How long a call keeps coming back after 429/503 (busy or draining) answers."""
+    backoff_s: float = 0.1
+    """First back-off of an instance that failed; doubles per failure."""
+    max_backoff_s: float = 5.0
+    """Cap on one back-off, and on a ``Retry-After`` honoured."""
+    slack_s: float = 30.0
+    """Added to a run's wall limit for its request timeout (queueing, transfer)."""
+    connect_s: float = 2.0
+    """Connect timeout."""
+
+
+@dataclass
+class _Instance:
+    url: str
+    in_flight: int = 0
+    failures: int = 0
+    unavailable_until: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Failure:
+    reason: str
+
+
+class RemoteSandbox:
+    """A client for one sandbox service URL or a pool of them.
+
+    Args:
+        urls: base URL(s), e.g. ``"http://127.0.0.1:8080"``.
+        token: bearer token (default: ``CODEGYM_TOKEN``).
+        retry: retry and timeout policy.
+        max_connections: HTTP connections kept per client.
+
+    Raises:
+        SandboxInputError: no URL, or a URL that is not http(s).
+    """
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        token: str | None = None,
+        *,
+        retry: Retry | None = None,
+        max_connections: int = 256,
+    ) -> None:
+        url_list = [urls] if isinstance(urls, str) else list(urls)
+        if not url_list:
+            raise SandboxInputError("RemoteSandbox needs at least one service URL")
+        for u in url_list:
+            if not u.startswith(("http://", "https://")):
+                raise SandboxInputError(f"service URL {u!r} must start with http:// or https://")
+        self._instances = [_Instance(u.rstrip("/")) for u in url_list]
+        self.retry = retry or Retry()
+        token = token if token is not None else os.environ.get("CODEGYM_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.AsyncClient(
+            headers=headers,
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+        )
+        self._turn = 0
+        self.infra_count = 0
+        self.retries = 0
+
+    async def __aenter__(self) -> RemoteSandbox:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Nothing to start (the service owns its pool); kept for ``Sandbox`` parity."""
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    # -- the Sandbox API -------------------------------------------------------------
+
+    async def run_python(
+        self,
+        code: Text,
+        stdin: Text = "",
+        *,
+        files: Mapping[str, Text] | None = None,
+        limits: Limits | None = None,
+        argv: Sequence[str] | None = None,
+    ) -> ExecResult:
+        """Run a Python program; see ``Sandbox.run_python``."""
+        limits = _limits(limits)
+        req = RunRequest(
+            code=_code(code),
+            argv=list(argv or []),
+            stdin=encode_data(stdin),
+            files=_files(files),
+            limits=LimitsModel.of(limits),
+        )
+        return await self._exec("/v1/run", req, limits.wall)
+
+    async def run(
+        self,
+        command: str | Sequence[str],
+        stdin: Text = "",
+        *,
+        files: Mapping[str, Text] | None = None,
+        limits: Limits | None = None,
+    ) -> ExecResult:
+        """Run a command; see ``Sandbox.run``."""
+        limits = _limits(limits)
+        req = RunRequest(
+            command=_command(command),
+            stdin=encode_data(stdin),
+            files=_files(files),
+            limits=LimitsModel.of(limits),
+        )
+        return await self._exec("/v1/run", req, limits.wall)
+
+    async def run_tests(
+        self,
+        code: Text | None,
+        tests: Sequence[TestCase],
+        *,
+        command: str | Sequence[str] | None = None,
+        build: str | Sequence[str] | None = None,
+        files: Mapping[str, Text] | None = None,
+        limits: Limits | None = None,
+    ) -> ExecResult:
+        """Run one program against many tests in one request; see ``Sandbox.run_tests``."""
+        limits = _limits(limits)
+        if not tests:
+            raise SandboxInputError("run_tests needs at least one test case")
+        req = TestsRequest(
+            code=None if code is None else _code(code),
+            command=None if command is None else _command(command),
+            build=None if build is None else _command(build),
+            tests=tests_to_wire(list(tests)),
+            files=_files(files),
+            limits=LimitsModel.of(limits),
+        )
+        steps = len(tests) + (1 if build is not None else 0)
+        return await self._exec("/v1/tests", req, limits.wall * steps)
+
+    def session(self, disk_mb: int = 256) -> RemoteSession:
+        """A session on one instance of the pool; use ``async with``."""
+        return RemoteSession(self, disk_mb)
+
+    # -- machinery -------------------------------------------------------------------
+
+    async def _exec(
+        self, path: str, req: BaseModel, wall_s: float, pin: _Instance | None = None
+    ) -> ExecResult:
+        body = req.model_dump_json(exclude_none=True).encode()
+        answer = await self._call("POST", path, body, wall_s + self.retry.slack_s, pin)
+        if isinstance(answer, _Failure):
+            self.infra_count += 1
+            return _infra(answer.reason)
+        _, resp = answer
+        try:
+            return ExecResultModel.model_validate_json(resp.content).to_result()
+        except ValidationError as e:
+            self.infra_count += 1
+            return _infra(f"the service sent an answer that is not an ExecResult: {e}")
+
+    async def _pick(self, avoid: _Instance | None = None, wait_s: float = 0.0) -> _Instance:
+        """The available instance with the fewest calls in flight (ties in turn), other than
+        ``avoid`` when there is one; else, after ``wait_s`` or until the soonest instance
+        is back (bounded), that one."""
+        now = time.monotonic()
+        n = len(self._instances)
+        order = [self._instances[(self._turn + i) % n] for i in range(n)]
+        self._turn = (self._turn + 1) % n
+        ready = [i for i in order if i.unavailable_until <= now and i is not avoid]
+        if ready:
+            return min(ready, key=lambda i: i.in_flight)
+        soonest = min(order, key=lambda i: i.unavailable_until)
+        wait = max(wait_s, soonest.unavailable_until - now)
+        await asyncio.sleep(min(wait, self.retry.max_backoff_s))
+        return soonest
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        timeout_s: float,
+        pin: _Instance | None = None,
+        expect: tuple[int, ...] = (200,),
+    ) -> tuple[_Instance, httpx.Response] | _Failure:
+        """One logical request, retried over the pool under one Idempotency-Key.
+
+        Raises:
+            SandboxInputError: the service refused the input (400, 413, 422).
+            SandboxError: the service refused the token (401, 403).
+        """
+        headers = {"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}
+        timeout = httpx.Timeout(timeout_s, connect=self.retry.connect_s)
+        why = "no attempt was made"
+        failures = 0
+        give_up = time.monotonic() + self.retry.patience_s
+        last: _Instance | None = None
+        busy_s = 0.0  # the last 429's Retry-After: how long to wait when nothing else is free
+        while failures < self.retry.attempts and time.monotonic() < give_up:
+            if last is not None:
+                self.retries += 1
+            if pin is not None:
+                if last is not None:
+                    wait = max(busy_s, pin.unavailable_until - time.monotonic())
+                    await asyncio.sleep(
+                        min(max(wait, self.retry.backoff_s), self.retry.max_backoff_s)
+                    )
+                inst = pin
+            else:
+                inst = await self._pick(last, busy_s)
+            last, busy_s = inst, 0.0
+            inst.in_flight += 1
+            try:
+                resp = await self._client.request(
+                    method, inst.url + path, content=body, headers=headers, timeout=timeout
+                )
+            except httpx.TransportError as e:  # refused, reset, timed out: try elsewhere
+                failures += 1
+                self._down(inst)
+                why = f"{inst.url}: {type(e).__name__}: {e}".rstrip(": ")
+                continue
+            finally:
+                inst.in_flight -= 1
+            if resp.status_code in expect:
+                inst.failures = 0
+                return inst, resp
+            detail = _detail(resp)
+            if resp.status_code in (400, 413, 422):
+                raise SandboxInputError(f"the sandbox service refused the request: {detail}")
+            if resp.status_code in (401, 403):
+                raise SandboxError(
+                    f"{inst.url} refused the token ({resp.status_code}): pass the service's "
+                    "token as RemoteSandbox(token=...) or set CODEGYM_TOKEN"
+                )
+            why = f"{inst.url}: HTTP {resp.status_code}: {detail}"
+            if resp.status_code == 404:
+                return _Failure(why)  # a session that is gone stays gone
+            retry_after = _retry_after(resp)
+            if resp.status_code == 429:
+                # Busy, not broken: this call goes elsewhere or waits Retry-After; other
+                # calls still try it (a refusal costs the service far less than idling).
+                busy_s = retry_after if retry_after is not None else self.retry.backoff_s
+            elif retry_after is not None:  # 503: draining or starting; keep away a while
+                wait = min(retry_after, self.retry.max_backoff_s)
+                inst.unavailable_until = time.monotonic() + wait
+            else:  # 500 and the like: back off as from a failure
+                failures += 1
+                self._down(inst)
+        return _Failure(f"gave up after {failures} failed attempts; last: {why}")
+
+    def _down(self, inst: _Instance) -> None:
+        wait = min(self.retry.backoff_s * 2**inst.failures, self.retry.max_backoff_s)
+        inst.failures += 1
+        inst.unavailable_until = time.monotonic() + wait
+
+
+class RemoteSession:
+    """A session on the service: files persist across commands until closed.
+
+    Raises (``write_file``/``read_file``): ``FileNotFoundError`` for a missing file,
+    ``SandboxError`` when the session is gone or the service failed.
+    """
+
+    def __init__(self, remote: RemoteSandbox, disk_mb: int = 256) -> None:
+        self._remote = remote
+        self._disk_mb = disk_mb
+        self._inst: _Instance | None = None
+        self.id = ""
+
+    async def __aenter__(self) -> RemoteSession:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Raises: SandboxError: no instance could open a session."""
+        body = SessionCreate(disk_mb=self._disk_mb).model_dump_json().encode()
+        answer = await self._remote._call("POST", "/v1/sessions", body, 60.0, expect=(201,))
+        if isinstance(answer, _Failure):
+            raise SandboxError(f"could not open a session: {answer.reason}")
+        self._inst, resp = answer
+        self.id = SessionInfo.model_validate_json(resp.content).id
+
+    async def close(self) -> None:
+        if self._inst is None:
+            return
+        inst, self._inst = self._inst, None
+        await self._remote._call(
+            "DELETE", f"/v1/sessions/{self.id}", None, 30.0, inst, expect=(204, 404)
+        )
+
+    def _file_url(self, path: str) -> str:
+        check_path(path)
+        return f"/v1/sessions/{self.id}/files/{quote(path, safe='/')}"
+
+    def _pinned(self) -> _Instance:
+        if self._inst is None:
+            raise SandboxError("the session is not open; use 'async with sb.session()'")
+        return self._inst
+
+    async def run_python(
+        self,
+        code: Text,
+        stdin: Text = "",
+        *,
+        files: Mapping[str, Text] | None = None,
+        limits: Limits | None = None,
+        argv: Sequence[str] | None = None,
+    ) -> ExecResult:
+        limits = _limits(limits)
+        req = RunRequest(
+            code=_code(code),
+            argv=list(argv or []),
+            stdin=encode_data(stdin),
+            files=_files(files),
+            limits=LimitsModel.of(limits),
+        )
+        return await self._remote._exec(
+            f"/v1/sessions/{self.id}/exec", req, limits.wall, self._pinned()
+        )
+
+    async def run(
+        self,
+        command: str | Sequence[str],
+        stdin: Text = "",
+        *,
+        files: Mapping[str, Text] | None = None,
+        limits: Limits | None = None,
+    ) -> ExecResult:
+        limits = _limits(limits)
+        req = RunRequest(
+            command=_command(command),
+            stdin=encode_data(stdin),
+            files=_files(files),
+            limits=LimitsModel.of(limits),
+        )
+        return await self._remote._exec(
+            f"/v1/sessions/{self.id}/exec", req, limits.wall, self._pinned()
+        )
+
+    async def write_file(self, path: str, content: Text) -> None:
+        data = content.encode("utf-8", "surrogateescape") if isinstance(content, str) else content
+        answer = await self._remote._call(
+            "PUT", self._file_url(path), bytes(data), 60.0, self._pinned()
+        )
+        if isinstance(answer, _Failure):
+            raise SandboxError(f"could not write {path!r}: {answer.reason}")
+
+    async def read_file(self, path: str) -> bytes:
+        answer = await self._remote._call("GET", self._file_url(path), None, 60.0, self._pinned())
+        if isinstance(answer, _Failure):
+            if "no file" in answer.reason:
+                raise FileNotFoundError(path)
+            raise SandboxError(f"could not read {path!r}: {answer.reason}")
+        return answer[1].content
+
+
+def _limits(limits: Limits | None) -> Limits:
+    if limits is None:
+        return Limits()
+    if not isinstance(limits, Limits):
+        raise SandboxInputError(f"limits must be a Limits, got {type(limits).__name__}")
+    return limits
+
+
+def _code(code: Text) -> str:
+    data = code.encode("utf-8", "surrogateescape") if isinstance(code, str) else bytes(code)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SandboxInputError(
+            f"code is not valid UTF-8 (byte {e.start}: {data[e.start : e.start + 4]!r}); "
+            "decode the source to str first or fix its encoding"
+        ) from None
+
+
+def _command(command: str | Sequence[str]) -> str | list[str]:
+    return command if isinstance(command, str) else list(command)
+
+
+def _files(files: Mapping[str, Text] | None) -> dict[str, Any]:
+    return {path: encode_data(content) for path, content in (files or {}).items()}
+
+
+def _detail(resp: httpx.Response) -> str:
+    try:
+        detail = resp.json().get("detail", resp.text)
+    except ValueError:
+        return resp.text[:500]
+    return detail if isinstance(detail, str) else str(detail)[:500]
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    value = resp.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def _infra(reason: str) -> ExecResult:
+    return ExecResult(
+        verdict=Verdict.INFRA,
+        exit_code=None,
+        signal=None,
+        stdout="",
+        stderr="",
+        cpu_s=0.0,
+        wall_s=0.0,
+        reason=reason,
+    )
