@@ -10,6 +10,7 @@ command -v runsc >/dev/null || need_pkgs+=(runsc)
 [ -x /usr/bin/python3 ] || need_pkgs+=(python3)
 command -v gcc >/dev/null || need_pkgs+=(gcc)
 command -v node >/dev/null || need_pkgs+=(nodejs)
+command -v chromium >/dev/null || need_pkgs+=(chromium)  # renders HTML reports in tests
 [ -e /usr/lib/x86_64-linux-gnu/libseccomp.so.2 ] || [ -e /usr/lib/aarch64-linux-gnu/libseccomp.so.2 ] || need_pkgs+=(libseccomp2)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then

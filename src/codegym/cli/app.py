@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from codegym.cli import compare_cmd, eval_cmd, sandbox_cmd, score_cmd, serve_cmd
+from codegym.cli import compare_cmd, eval_cmd, report_cmd, sandbox_cmd, score_cmd, serve_cmd
 
 app = typer.Typer(
     name="codegym",
@@ -20,6 +20,7 @@ app.command("eval")(eval_cmd.eval_)
 app.command("compare")(compare_cmd.compare)
 app.command("gate")(compare_cmd.gate)
 app.command("plan")(compare_cmd.plan_cmd)
+app.command("report")(report_cmd.report)
 app.command("demo")(score_cmd.demo)
 
 

@@ -2,6 +2,9 @@
 
 Timestamps are Unix seconds (DOUBLE); JSON documents are canonical JSON text in VARCHAR
 columns (no extension needed to read them; cast to JSON in SQL to query inside).
+Token ids and logprobs are packed little-endian int64 / float64 BLOBs: they round-trip
+at C speed (a list column costs a Python object per token on every read), and exports
+unpack them into Parquet list columns.
 ``SCHEMA_VERSION`` is written to ``codegym_meta`` and checked on open: a file written by a
 newer codegym is refused rather than misread.
 """
@@ -20,7 +23,7 @@ DDL: Final = f"""
 CREATE TABLE IF NOT EXISTS {META_TABLE} (name VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
 CREATE TABLE IF NOT EXISTS generations (
     key VARCHAR PRIMARY KEY, text VARCHAR NOT NULL, finish_reason VARCHAR,
-    token_ids BIGINT[], logprobs DOUBLE[], tokens_in BIGINT, tokens_out BIGINT,
+    token_ids BLOB, logprobs BLOB, tokens_in BIGINT, tokens_out BIGINT,
     model_s DOUBLE, created DOUBLE NOT NULL);
 CREATE TABLE IF NOT EXISTS scores (
     key VARCHAR PRIMARY KEY, passed BOOLEAN NOT NULL, outcome VARCHAR NOT NULL,
@@ -44,8 +47,8 @@ GENERATIONS: Final[Columns] = (
     ("key", "string"),
     ("text", "string"),
     ("finish_reason", "string"),
-    ("token_ids", "int64[]"),
-    ("logprobs", "float64[]"),
+    ("token_ids", "binary"),
+    ("logprobs", "binary"),
     ("tokens_in", "int64"),
     ("tokens_out", "int64"),
     ("model_s", "float64"),

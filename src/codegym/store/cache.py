@@ -42,9 +42,13 @@ class DictCache:
 
 
 def _as_dict(record: Generation | Score) -> dict[str, Any]:
-    d = dataclasses.asdict(record)
-    del d["key"], d["created"]
-    return d
+    # Shallow on purpose: records are frozen and hold only scalars and tuples, and
+    # dataclasses.asdict's deep copy dominated a resumed eval's lookup time.
+    return {
+        f.name: getattr(record, f.name)
+        for f in dataclasses.fields(record)
+        if f.name not in ("key", "created")
+    }
 
 
 def _build(kind: type[_R], items: Iterable[tuple[str, Mapping[str, Any]]]) -> list[_R]:

@@ -255,7 +255,7 @@ class Store:
     def get_generations(self, keys: Iterable[str]) -> dict[str, Generation]:
         """The stored generations among ``keys`` (missing keys are absent)."""
         cols = self._select_keys("generations", keys)
-        return {r["key"]: Generation(**r) for r in C.rows(cols)}
+        return {r["key"]: C.generation(r) for r in C.rows(cols)}
 
     def put_scores(self, items: Iterable[Score]) -> int:
         """Store verdicts; returns how many keys were new.
@@ -270,7 +270,7 @@ class Store:
     def get_scores(self, keys: Iterable[str]) -> dict[str, Score]:
         """The stored scores among ``keys`` (missing keys are absent)."""
         cols = self._select_keys("scores", keys)
-        return {r["key"]: Score(**r) for r in C.rows(cols)}
+        return {r["key"]: C.loaded(Score, r) for r in C.rows(cols)}
 
     def put_trajectories(self, items: Iterable[Trajectory]) -> int:
         """Store episodes; returns how many keys were new.
@@ -453,8 +453,8 @@ class Store:
             out.append(
                 RunRow(
                     item,
-                    Generation(**gen) if gen["key"] is not None else None,
-                    Score(**sc) if sc["key"] is not None else None,
+                    C.generation(gen) if gen["key"] is not None else None,
+                    C.loaded(Score, sc) if sc["key"] is not None else None,
                 )
             )
         return out
