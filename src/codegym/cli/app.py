@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import typer
 
-from codegym.cli import compare_cmd, eval_cmd, report_cmd, sandbox_cmd, score_cmd, serve_cmd
+from codegym.cli import (
+    compare_cmd,
+    eval_cmd,
+    report_cmd,
+    rollout_cmd,
+    sandbox_cmd,
+    score_cmd,
+    serve_cmd,
+    serve_model_cmd,
+)
 
 app = typer.Typer(
     name="codegym",
@@ -21,6 +30,9 @@ app.command("compare")(compare_cmd.compare)
 app.command("gate")(compare_cmd.gate)
 app.command("plan")(compare_cmd.plan_cmd)
 app.command("report")(report_cmd.report)
+app.command("rollout")(rollout_cmd.rollout)
+app.command("replay")(rollout_cmd.replay)
+app.command("serve-model")(serve_model_cmd.serve_model)
 app.command("demo")(score_cmd.demo)
 
 

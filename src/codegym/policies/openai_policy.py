@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import aiohttp
 import httpx2
 import openai
 
@@ -147,7 +148,9 @@ class OpenAIPolicy:
             limits = httpx2.Limits(
                 max_connections=self.concurrency, max_keepalive_connections=self.concurrency
             )
-            http = openai.DefaultAsyncHttpxClient(
+            # aiohttp transport: the default httpx pool scan caps a shared client at a few
+            # hundred requests/s (docs/BENCHMARKS.md); aiohttp holds thousands.
+            http = openai.DefaultAioHttpClient(
                 limits=limits,
                 timeout=httpx2.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s)),
             )
@@ -217,6 +220,9 @@ class OpenAIPolicy:
                     "timeout", f"no answer within {self.timeout_s:g} s", retryable=True
                 ) from e
             except openai.APITimeoutError as e:
+                refused = _refused(e)
+                if refused is not None:
+                    raise _Attempt("connection", refused, retryable=True) from e
                 raise _Attempt(
                     "timeout", f"no answer within {self.timeout_s:g} s", retryable=True
                 ) from e
@@ -308,3 +314,18 @@ def _snippet(body: str | bytes, limit: int = 200) -> str:
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _refused(e: BaseException) -> str | None:
+    """The aiohttp transport reports a refused connection as a connect *timeout*; find the
+    real cause in the exception chain so it is classified as ``connection``."""
+    seen: BaseException | None = e
+    for _ in range(6):
+        if seen is None:
+            return None
+        if isinstance(seen, (ConnectionRefusedError, aiohttp.ClientConnectorError)) or (
+            "Connect call failed" in str(seen)
+        ):
+            return f"connection refused: {seen}"
+        seen = seen.__cause__ or seen.__context__
+    return None

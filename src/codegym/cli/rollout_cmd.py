@@ -1,0 +1,244 @@
+"""``codegym rollout`` and ``codegym replay``: run RL episodes, re-score stored ones.
+
+``rollout`` writes ``DIR/trajectories.jsonl`` (scored episodes), ``DIR/excluded.jsonl``
+(episodes not scored, with the reason) and ``DIR/summary.json`` (``requested``, ``scored``,
+``excluded`` by reason, faults, timings); with a store, trajectories are also stored by
+content key. Exit codes: 0 done, 2 bad input, 3 the circuit breaker stopped the run.
+
+``replay`` re-runs each trajectory's recorded turns through its env and prints the
+differences; exit 1 when any trajectory differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from codegym.cli._common import fail, open_store
+from codegym.envs import ENVS, EnvError, Resources, Trajectory
+from codegym.policies import OpenAIPolicy, PolicyError, SamplingParams
+from codegym.rollout import (
+    EnvSpec,
+    LocalExecutor,
+    RolloutAborted,
+    RolloutConfig,
+    RolloutEngine,
+    RolloutError,
+    replay_trajectory,
+)
+from codegym.sandbox import HostUnsupported, Sandbox
+from codegym.store import Store
+from codegym.store.records import Trajectory as StoredTrajectory
+from codegym.tasks.synthetic import generate
+
+
+def load_env_file(path: Path) -> None:
+    """Import a Python file that registers environments (``@register``)."""
+    if not path.is_file():
+        fail(f"--env-file {path}: no such file")
+    spec = importlib.util.spec_from_file_location(f"codegym_user_env_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        fail(f"--env-file {path}: not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+def rollout(
+    env: Annotated[str, typer.Option(help="Registered env name (code, tool, or from --env-file).")],
+    model: Annotated[str, typer.Option(help="Model name the server serves.")],
+    base_url: Annotated[str, typer.Option(help="OpenAI-compatible base URL, e.g. .../v1.")],
+    out: Annotated[Path, typer.Option(help="Run folder: trajectories.jsonl, summary.json.")],
+    groups: Annotated[int, typer.Option(help="GRPO groups (one task each).")] = 8,
+    group_size: Annotated[int, typer.Option(help="Episodes per group.")] = 8,
+    env_file: Annotated[
+        list[Path] | None, typer.Option(help="Python file registering envs.")
+    ] = None,
+    env_options: Annotated[str, typer.Option(help="Env options as a JSON object.")] = "{}",
+    family: Annotated[str, typer.Option(help="Synthetic task family.")] = "infer",
+    difficulty: Annotated[int, typer.Option(help="Synthetic task difficulty.")] = 1,
+    task_seed: Annotated[int, typer.Option(help="Seed of the synthetic tasks.")] = 1,
+    mode: Annotated[str, typer.Option(help="chat or completions.")] = "chat",
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    max_tokens: Annotated[int, typer.Option(help="Max new tokens per model turn.")] = 512,
+    seed: Annotated[int, typer.Option(help="Run seed (episode seeds derive from it).")] = 0,
+    model_concurrency: Annotated[int, typer.Option(help="Model requests in flight.")] = 256,
+    tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor, process.")] = "jail",
+    workers: Annotated[int | None, typer.Option(help="Sandbox workers (default: CPUs).")] = None,
+    retries: Annotated[int, typer.Option(help="Retries of an episode after an infra failure.")] = 2,
+    straggler_s: Annotated[
+        float | None, typer.Option(help="Straggler deadline after quorum.")
+    ] = None,
+    breaker_threshold: Annotated[
+        int, typer.Option(help="Failed attempts in a row that stop the run.")
+    ] = 50,
+    api_key: Annotated[str | None, typer.Option(help="API key (default: $OPENAI_API_KEY).")] = None,
+    store: Annotated[
+        Path | None, typer.Option(help="Result store (DuckDB); default $CODEGYM_STORE.")
+    ] = None,
+    no_store: Annotated[bool, typer.Option(help="Store nothing.")] = False,
+) -> None:
+    """Run GROUPS × GROUP_SIZE episodes of an env against a model server; write a run folder."""
+    for f in env_file or []:
+        load_env_file(f)
+    if env not in ENVS:
+        fail(
+            f"--env {env!r}: not registered; known: {', '.join(sorted(ENVS))} (or pass --env-file)"
+        )
+    try:
+        options = json.loads(env_options)
+        if not isinstance(options, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        fail(f"--env-options {env_options!r}: give a JSON object ({e})")
+    if mode not in ("chat", "completions"):
+        fail(f"--mode {mode!r}: use chat or completions")
+    try:
+        tasks = generate(family, groups, task_seed, difficulty)
+        params = SamplingParams(temperature=temperature, max_tokens=max_tokens)
+        cfg = RolloutConfig(
+            group_size=group_size,
+            model_concurrency=model_concurrency,
+            retries=retries,
+            straggler_s=straggler_s,
+            breaker_threshold=breaker_threshold,
+            seed=seed,
+        )
+        tools = getattr(ENVS[env], "tools", None) if mode == "chat" else None
+        policy = OpenAIPolicy(
+            base_url,
+            model,
+            api_key=api_key or os.environ.get("OPENAI_API_KEY"),
+            mode=mode,  # type: ignore[arg-type]
+            concurrency=model_concurrency,
+            tools=tools,
+        )
+    except (ValueError, PolicyError, RolloutError) as e:
+        fail(str(e))
+    with open_store(store, no_store) as st:
+        try:
+            summary = asyncio.run(
+                _rollout(EnvSpec(env, options), policy, params, cfg, tasks, tier, workers, out, st)
+            )
+        except (HostUnsupported, EnvError) as e:
+            fail(str(e))
+    typer.echo(json.dumps(summary, indent=2))
+    if summary.get("aborted"):
+        fail(summary["aborted"], code=3)
+
+
+async def _rollout(
+    spec: EnvSpec,
+    policy: OpenAIPolicy,
+    params: SamplingParams,
+    cfg: RolloutConfig,
+    tasks: list[Any],
+    tier: str,
+    workers: int | None,
+    out: Path,
+    store: Store | None,
+) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    run_id = out.resolve().name
+    summary: dict[str, Any] = {}
+    async with Sandbox(tier=tier, workers=workers) as sb, policy:
+        resources = Resources(sb, tier=tier)
+        spec.make(resources)  # validate the options before any request
+        ex = LocalExecutor(
+            spec,
+            policy,
+            params,
+            resources,
+            prompt=policy.mode,
+            model_concurrency=cfg.model_concurrency,
+            env_concurrency=2 * sb.size,
+        )
+        engine = RolloutEngine(ex, cfg, env=spec.name)
+        with (out / "trajectories.jsonl").open("w") as tf, (out / "excluded.jsonl").open("w") as xf:
+            try:
+                async for g in engine.run(tasks):
+                    rows = [t.to_record() for t in g.trajectories]
+                    for r in rows:
+                        tf.write(json.dumps(r) + "\n")
+                    for e in g.excluded:
+                        xf.write(
+                            json.dumps(
+                                {
+                                    "group_id": g.group_id,
+                                    "task_id": g.task.id,
+                                    "index": e.index,
+                                    "reason": e.reason,
+                                    "detail": e.detail,
+                                    "attempts": e.attempts,
+                                }
+                            )
+                            + "\n"
+                        )
+                    if store is not None and g.trajectories:
+                        store.put_trajectories([_stored(t, run_id) for t in g.trajectories])
+            except RolloutAborted as e:
+                summary["aborted"] = e.diagnosis
+    summary = {
+        **engine.stats.summary(),
+        **summary,
+        "env": spec.name,
+        "config": {
+            "env_options": spec.options,
+            "group_size": cfg.group_size,
+            "seed": cfg.seed,
+            "policy": policy.name,
+            "params": params.to_dict(),
+        },
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _stored(t: Trajectory, run_id: str) -> StoredTrajectory:
+    return StoredTrajectory(t.key(), t.to_record(), run_id, t.task_id, t.reward, t.outcome)
+
+
+def replay(
+    source: Annotated[Path, typer.Argument(help="A rollout folder or a trajectories.jsonl file.")],
+    env_file: Annotated[
+        list[Path] | None, typer.Option(help="Python file registering envs.")
+    ] = None,
+    tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor, process.")] = "jail",
+    limit: Annotated[int | None, typer.Option(help="Only the first N trajectories.")] = None,
+) -> None:
+    """Re-score stored trajectories by replaying their turns; exit 1 if any differ."""
+    for f in env_file or []:
+        load_env_file(f)
+    path = source / "trajectories.jsonl" if source.is_dir() else source
+    if not path.is_file():
+        fail(f"{source}: no trajectories.jsonl there; give a rollout folder or the file")
+    try:
+        trajs = [Trajectory.from_record(json.loads(line)) for line in path.open() if line.strip()]
+    except ValueError as e:
+        fail(f"{path}: {e}")
+    trajs = trajs[:limit] if limit is not None else trajs
+    try:
+        report = asyncio.run(_replay(trajs, tier))
+    except (HostUnsupported, EnvError) as e:
+        fail(str(e))
+    typer.echo(json.dumps(report, indent=2))
+    if report["different"]:
+        raise typer.Exit(1)
+
+
+async def _replay(trajs: list[Trajectory], tier: str) -> dict[str, Any]:
+    async with Sandbox(tier=tier) as sb:
+        res = Resources(sb, tier=tier)
+        diffs = await asyncio.gather(*(replay_trajectory(t, res) for t in trajs))
+    bad = [d.to_record() for d in diffs if not d.same]
+    return {
+        "replayed": len(diffs),
+        "same": len(diffs) - len(bad),
+        "different": len(bad),
+        "diffs": bad,
+    }

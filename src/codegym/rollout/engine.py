@@ -1,0 +1,303 @@
+"""The rollout engine: GRPO groups streamed to a trainer, with every episode accounted for.
+
+    engine = RolloutEngine(LocalExecutor(EnvSpec("code"), policy, params, resources), config)
+    async for group in engine.run(tasks):      # one group per task, in completion order
+        trainer.step(group.trajectories)
+    engine.stats.summary()                     # requested, scored, excluded by reason
+
+Contract:
+- **Groups** are the unit: ``group_size`` episodes of one task. A group is yielded when each
+  of its episodes is either scored (a ``Trajectory`` with a model outcome) or excluded (an
+  ``Exclusion`` with a reason). ``requested == scored + sum(excluded)`` at the end; no
+  episode is yielded twice.
+- **Admission and back-pressure**: at most ``groups_in_flight`` groups run; a finished group
+  waits in a queue of ``buffer_groups`` for the consumer, holding its admission slot, so a
+  slow trainer pauses new rollouts instead of growing a queue. Model calls and env steps
+  have their own concurrency bounds (in the executor).
+- **Faults**: an attempt that fails for an infra reason is retried ``retries`` times with
+  jittered exponential backoff, then the episode is excluded with that reason (never a
+  reward of 0). Attempt failures are counted per env and reason. ``breaker_threshold``
+  failed attempts in a row stop the run: in-flight groups are cancelled, their episodes
+  counted as ``aborted``, and the iterator raises ``RolloutAborted`` with a diagnosis.
+- **Stragglers**: once ``straggler_quorum`` of a group is done, the rest get
+  ``straggler_s`` seconds; then they are cancelled and resampled once, or dropped
+  (``straggler``).
+- **Staleness**: a group whose oldest turn is more than ``max_staleness`` policy versions
+  behind ``executor.current_version()`` is regenerated (up to ``max_regenerations``) or its
+  episodes are excluded as ``stale``.
+- **Watchdog**: see ``tracker.Tracker.watchdog``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from typing import Any
+
+from codegym.envs.trajectory import Trajectory
+from codegym.rollout.config import Exclusion, Group, RolloutAborted, RolloutConfig
+from codegym.rollout.executor import EpisodeFailure, EpisodeRequest, Executor
+from codegym.rollout.tracker import CircuitBreaker, Tracker
+from codegym.tasks import Task
+
+log = logging.getLogger("codegym.rollout")
+Slot = Trajectory | Exclusion
+
+
+class RolloutStats:
+    """Counts that make every episode accountable."""
+
+    def __init__(self) -> None:
+        self.requested = 0
+        self.scored = 0
+        self.excluded: Counter[str] = Counter()
+        self.faults: Counter[str] = Counter()
+        """Failed attempts by ``env/reason`` (retried ones included)."""
+        self.retries = 0
+        self.stragglers = 0
+        """Attempts cancelled at a straggler deadline."""
+        self.resampled = 0
+        self.regenerated = 0
+        """Scored episodes thrown away because their group was regenerated as stale."""
+        self.groups = 0
+        self.rewards_sum = 0.0
+        self.started = time.monotonic()
+        self.finished: float | None = None
+
+    def summary(self) -> dict[str, Any]:
+        seconds = (self.finished or time.monotonic()) - self.started
+        return {
+            "requested": self.requested,
+            "scored": self.scored,
+            "excluded": dict(sorted(self.excluded.items())),
+            "excluded_total": sum(self.excluded.values()),
+            "groups": self.groups,
+            "faults": dict(sorted(self.faults.items())),
+            "retries": self.retries,
+            "stragglers": self.stragglers,
+            "resampled": self.resampled,
+            "regenerated": self.regenerated,
+            "mean_reward": self.rewards_sum / self.scored if self.scored else None,
+            "seconds": round(seconds, 3),
+            "episodes_per_s": round(self.scored / seconds, 2) if seconds > 0 else None,
+        }
+
+
+class RolloutEngine:
+    """Streams GRPO groups from an executor (see the module docstring for the contract)."""
+
+    def __init__(
+        self, executor: Executor, config: RolloutConfig | None = None, env: str = "env"
+    ) -> None:
+        self.executor = executor
+        self.config = config or RolloutConfig()
+        self.env = env
+        self.stats = RolloutStats()
+        self.tracker = Tracker()
+        self.breaker = CircuitBreaker(self.config.breaker_threshold)
+        self._groups: set[asyncio.Task[None]] = set()
+        self._rng = random.Random(self.config.seed)
+
+    async def run(self, tasks: Iterable[Task] | AsyncIterable[Task]) -> AsyncIterator[Group]:
+        """One group per task (repeat a task for more groups), yielded as they finish.
+
+        Raises:
+            RolloutAborted: the circuit breaker tripped (after yielding what finished).
+        """
+        cfg = self.config
+        out: asyncio.Queue[Group | None] = asyncio.Queue(maxsize=cfg.buffer_groups)
+        admit = asyncio.Semaphore(cfg.groups_in_flight)
+        producer = asyncio.create_task(self._produce(tasks, admit, out))
+        watchdog = asyncio.create_task(self.tracker.watchdog(cfg.watchdog_s))
+        try:
+            while True:
+                group = await out.get()
+                if group is None:
+                    break
+                yield group
+            await producer  # re-raises a producer failure (e.g. the task iterable raised)
+        finally:
+            watchdog.cancel()
+            if not producer.done():
+                producer.cancel()
+                self._cancel_groups()
+                await asyncio.gather(producer, return_exceptions=True)
+            self.stats.finished = time.monotonic()
+        if self.breaker.tripped:
+            raise RolloutAborted(self.breaker.diagnosis())
+
+    async def _produce(
+        self,
+        tasks: Iterable[Task] | AsyncIterable[Task],
+        admit: asyncio.Semaphore,
+        out: asyncio.Queue[Group | None],
+    ) -> None:
+        seen: Counter[str] = Counter()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                async for task in _aiter(tasks):
+                    await admit.acquire()
+                    if self.breaker.tripped:
+                        admit.release()
+                        break
+                    gid = f"{task.id}#{seen[task.id]}"
+                    seen[task.id] += 1
+                    self.stats.requested += self.config.group_size
+                    t = tg.create_task(self._group(task, gid, admit, out))
+                    self._groups.add(t)
+                    t.add_done_callback(self._groups.discard)
+        finally:
+            await out.put(None)
+
+    def _cancel_groups(self) -> None:
+        for t in list(self._groups):
+            t.cancel()
+
+    async def _group(
+        self, task: Task, gid: str, admit: asyncio.Semaphore, out: asyncio.Queue[Group | None]
+    ) -> None:
+        try:
+            group = await self._run_group(task, gid)
+            await out.put(group)
+        finally:
+            admit.release()
+
+    async def _run_group(self, task: Task, gid: str) -> Group:
+        cfg = self.config
+        regen = 0
+        slots: list[Slot | None] = [None] * cfg.group_size
+        try:
+            while True:
+                slots = [None] * cfg.group_size
+                await self._collect(task, gid, slots, regen)
+                done = [s for s in slots if s is not None]
+                trajs = [s for s in done if isinstance(s, Trajectory)]
+                if cfg.max_staleness is not None and trajs:
+                    versions = [v for t in trajs for v in t.policy_versions]
+                    lag = self.executor.current_version() - min(versions) if versions else 0
+                    if lag > cfg.max_staleness:
+                        if cfg.stale_policy == "regenerate" and regen < cfg.max_regenerations:
+                            regen += 1
+                            self.stats.regenerated += len(trajs)
+                            continue
+                        why = f"policy version lag {lag} > max_staleness {cfg.max_staleness}"
+                        done = [
+                            Exclusion(s.index, "stale", why, s.attempt + 1)
+                            if isinstance(s, Trajectory)
+                            else s
+                            for s in done
+                        ]
+                        trajs = []
+                break
+        except asyncio.CancelledError:
+            # Aborted or the consumer left: every unresolved episode still gets a reason.
+            for _i, s in enumerate(slots):
+                if s is None or isinstance(s, Trajectory):
+                    self.stats.excluded["aborted"] += 1
+                elif isinstance(s, Exclusion):
+                    self.stats.excluded[s.reason] += 1
+            raise
+        excluded = tuple(s for s in done if isinstance(s, Exclusion))
+        for e in excluded:
+            self.stats.excluded[e.reason] += 1
+        self.stats.scored += len(trajs)
+        self.stats.rewards_sum += sum(t.reward or 0.0 for t in trajs)
+        self.stats.groups += 1
+        return Group(gid, task, tuple(trajs), excluded, regen)
+
+    async def _collect(self, task: Task, gid: str, slots: list[Slot | None], regen: int) -> None:
+        cfg = self.config
+        n = cfg.group_size
+        base_attempt = regen * (cfg.retries + 2)
+        pending: dict[asyncio.Task[Slot], int] = {}
+        resampled: set[int] = set()
+
+        def start(i: int, attempt: int) -> None:
+            pending[asyncio.create_task(self._episode(task, gid, i, attempt))] = i
+
+        for i in range(n):
+            start(i, base_attempt)
+        quorum = math.ceil(cfg.straggler_quorum * n)
+        deadline: float | None = None
+        try:
+            while pending:
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                done, _ = await asyncio.wait(
+                    pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                for t in done:
+                    slots[pending.pop(t)] = t.result()
+                resolved = sum(s is not None for s in slots)
+                now = time.monotonic()
+                if cfg.straggler_s is not None and deadline is None and resolved >= quorum:
+                    deadline = now + cfg.straggler_s
+                if deadline is not None and now >= deadline and pending:
+                    late = list(pending.items())
+                    pending.clear()
+                    for t, _ in late:
+                        t.cancel()
+                    await asyncio.gather(*(t for t, _ in late), return_exceptions=True)
+                    self.stats.stragglers += len(late)
+                    for _, i in late:
+                        if cfg.straggler_policy == "resample" and i not in resampled:
+                            resampled.add(i)
+                            self.stats.resampled += 1
+                            start(i, base_attempt + cfg.retries + 1)
+                        else:
+                            why = f"still running {cfg.straggler_s:g} s after the group's quorum"
+                            slots[i] = Exclusion(i, "straggler", why, 1)
+                    deadline = now + cfg.straggler_s if pending and cfg.straggler_s else None
+        finally:
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _episode(self, task: Task, gid: str, index: int, first_attempt: int) -> Slot:
+        cfg = self.config
+        eid = f"{gid}/{index}"
+        seed = _seed(cfg.seed, gid, index)
+        reason, detail = "", ""
+        for k in range(cfg.retries + 1):
+            req = EpisodeRequest(task, gid, index, seed, first_attempt + k, eid)
+            self.tracker.start(eid, task.id)
+            try:
+                async with asyncio.timeout(cfg.episode_timeout_s):
+                    traj = await self.executor.run_episode(req, self.tracker)
+                self.breaker.success()
+                return traj
+            except EpisodeFailure as f:
+                reason, detail = f.reason, f.detail
+            except TimeoutError:
+                reason, detail = "episode_timeout", f"attempt ran over {cfg.episode_timeout_s:g} s"
+            finally:
+                self.tracker.finish(eid)
+            self.stats.faults[f"{self.env}/{reason}"] += 1
+            if self.breaker.failure(reason, detail):
+                log.error("rollout circuit breaker: %s", self.breaker.diagnosis())
+                self._cancel_groups()
+            if k < cfg.retries:
+                self.stats.retries += 1
+                await asyncio.sleep(self._rng.uniform(0.0, cfg.retry_base_s * 2**k))
+        return Exclusion(index, reason, detail, cfg.retries + 1)
+
+
+def _seed(base: int, gid: str, index: int) -> int:
+    """A 31-bit episode seed from the run seed, the group id and the index."""
+    h = hashlib.blake2b(f"{base}|{gid}|{index}".encode(), digest_size=4).digest()
+    return int.from_bytes(h, "big") >> 1
+
+
+async def _aiter(tasks: Iterable[Task] | AsyncIterable[Task]) -> AsyncIterator[Task]:
+    if isinstance(tasks, AsyncIterable):
+        async for t in tasks:
+            yield t
+    else:
+        for t in tasks:
+            yield t

@@ -1,0 +1,155 @@
+"""The model server's FastAPI app: the OpenAI API over a ``ServingEngine``.
+
+Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``,
+``POST /v1/weights`` (``{"path": DIR_OR_SAFETENSORS}``), ``POST /v1/reload``
+(``{}`` or ``{"path": ...}``) and ``GET /health``. Generation requests never wait on the
+event loop: the policy decodes in its worker thread.
+
+Auth: with ``api_key`` every ``/v1`` route needs ``Authorization: Bearer <api_key>``
+(like vLLM's ``--api-key``). With ``weights_token`` the two weight routes need that
+token instead. Without either, anyone who can reach the port can make the server load any
+safetensors file it can read: keep the default loopback address, or set a token.
+
+Errors are OpenAI error JSON, ``{"error": {"message", "type", "param", "code"}}``: 400 for
+a bad field (the message names it), 401 for a missing/wrong token, 404 for an unknown model
+or route, 500 for a server fault.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request, Response
+from pydantic import BaseModel, ValidationError
+
+from codegym.serving.engine import RequestError, ServingEngine
+from codegym.serving.protocol import ChatRequest, CompletionRequest, ReloadRequest, WeightsRequest
+
+log = logging.getLogger("codegym.serving")
+M = TypeVar("M", bound=BaseModel)
+
+
+def _json(body: Any, status: int = 200, version: int | None = None) -> Response:
+    headers = {"x-policy-version": str(version)} if version is not None else None
+    raw = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+    return Response(raw, status_code=status, media_type="application/json", headers=headers)
+
+
+def error_response(status: int, message: str, param: str | None = None) -> Response:
+    kind = {401: "authentication_error", 404: "not_found_error"}.get(
+        status, "server_error" if status >= 500 else "invalid_request_error"
+    )
+    return _json(
+        {"error": {"message": message, "type": kind, "param": param, "code": status}}, status
+    )
+
+
+def _validation_message(e: ValidationError) -> tuple[str, str | None]:
+    first = e.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+    return f"field {loc!r}: {first['msg']}{more}", (str(first["loc"][0]) if first["loc"] else None)
+
+
+async def _parse(request: Request, model: type[M]) -> M | Response:
+    raw = await request.body()
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return error_response(400, "the request body is not JSON; send a JSON object")
+    if not isinstance(body, dict):
+        return error_response(400, "the request body must be a JSON object")
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        message, param = _validation_message(e)
+        return error_response(400, message, param)
+
+
+def create_app(
+    engine: ServingEngine, *, api_key: str | None = None, weights_token: str | None = None
+) -> FastAPI:
+    """The app serving ``engine`` (see the module doc for routes and auth)."""
+    app = FastAPI(title="codegym model server", version="1")
+    admin = weights_token or api_key
+
+    def denied(request: Request, token: str | None) -> Response | None:
+        if token is None:
+            return None
+        got = request.headers.get("authorization", "")
+        if hmac.compare_digest(got.encode(), f"Bearer {token}".encode()):
+            return None
+        return error_response(401, "missing or wrong bearer token (Authorization: Bearer ...)")
+
+    async def guarded(request: Request, token: str | None, call: Any) -> Response:
+        if (refused := denied(request, token)) is not None:
+            return refused
+        try:
+            result: Response = await call()
+            return result
+        except RequestError as e:
+            return error_response(e.status, str(e), e.param)
+        except Exception as e:
+            log.exception("request failed")
+            return error_response(500, f"server error: {type(e).__name__}: {e}")
+
+    @app.get("/health")
+    async def health() -> Response:
+        return _json({"status": "ok", "policy_version": engine.policy.policy_version})
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        async def call() -> Response:
+            return _json(engine.models(), version=engine.policy.policy_version)
+
+        return await guarded(request, api_key, call)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        async def call() -> Response:
+            req = await _parse(request, CompletionRequest)
+            if isinstance(req, Response):
+                return req
+            body = await engine.complete(req)
+            return _json(body, version=body["policy_version"])
+
+        return await guarded(request, api_key, call)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        async def call() -> Response:
+            req = await _parse(request, ChatRequest)
+            if isinstance(req, Response):
+                return req
+            body = await engine.chat(req)
+            return _json(body, version=body["policy_version"])
+
+        return await guarded(request, api_key, call)
+
+    @app.post("/v1/weights")
+    async def weights(request: Request) -> Response:
+        async def call() -> Response:
+            req = await _parse(request, WeightsRequest)
+            if isinstance(req, Response):
+                return req
+            body = await engine.load_weights(req.path)
+            log.info("weights loaded from %s: policy_version %s", req.path, body["policy_version"])
+            return _json(body, version=body["policy_version"])
+
+        return await guarded(request, admin, call)
+
+    @app.post("/v1/reload")
+    async def reload(request: Request) -> Response:
+        async def call() -> Response:
+            req = await _parse(request, ReloadRequest)
+            if isinstance(req, Response):
+                return req
+            body = await engine.load_weights(req.path)
+            return _json(body, version=body["policy_version"])
+
+        return await guarded(request, admin, call)
+
+    return app

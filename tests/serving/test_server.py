@@ -1,0 +1,226 @@
+"""The model server through the official ``openai`` client and codegym's ``OpenAIPolicy``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import torch
+
+from codegym.policies import OpenAIPolicy, SamplingParams
+from codegym.serving import ModelServer, build_random_model
+
+
+def client(srv: ModelServer, key: str = "EMPTY") -> openai.OpenAI:
+    return openai.OpenAI(base_url=srv.base_url, api_key=key, max_retries=0, timeout=120)
+
+
+def raw_completion(srv: ModelServer, **kw: Any) -> dict[str, Any]:
+    """The raw JSON body, so vLLM's extra fields are checked as sent on the wire."""
+    r = client(srv).completions.with_raw_response.create(model=srv.model_name, **kw)
+    body: dict[str, Any] = json.loads(r.content)
+    return body
+
+
+def rescore(srv: ModelServer, prompt: list[int], ids: list[int]) -> list[float]:
+    """Logprobs of ``ids`` after ``prompt`` from one plain forward pass (temperature 1)."""
+    with torch.inference_mode():
+        logits = srv.policy.model(torch.tensor([prompt + ids])).logits[0].float()
+    lp = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+    return lp.gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist()
+
+
+def test_models_lists_the_served_model_and_version(server: ModelServer) -> None:
+    models = client(server).models.list()
+    assert [m.id for m in models.data] == ["tiny"]
+    assert models.data[0].model_extra is not None
+    assert models.data[0].model_extra["policy_version"] == 0
+
+
+def test_completion_token_ids_and_logprobs_match_a_rescore(server: ModelServer) -> None:
+    body = raw_completion(
+        server,
+        prompt="def add(a, b):",
+        max_tokens=8,
+        temperature=1.0,
+        seed=3,
+        logprobs=2,
+        extra_body={"return_token_ids": True},
+    )
+    choice = body["choices"][0]
+    prompt_ids = server.policy.encode("def add(a, b):")
+    assert choice["prompt_token_ids"] == prompt_ids
+    ids = choice["token_ids"]
+    lps = choice["logprobs"]["token_logprobs"]
+    assert len(ids) == len(lps) == body["usage"]["completion_tokens"]
+    assert choice["text"] == server.policy.decode(ids)
+    assert rescore(server, prompt_ids, ids) == pytest.approx(lps, abs=1e-4)
+    assert all(len(alts) >= 2 for alts in choice["logprobs"]["top_logprobs"])
+    assert body["policy_version"] == 0 and choice["policy_version"] == 0
+
+
+def test_token_id_prompt_continues_exactly(server: ModelServer) -> None:
+    ids = server.policy.encode("for i in range(10):")
+    as_text = raw_completion(
+        server,
+        prompt="for i in range(10):",
+        max_tokens=6,
+        seed=5,
+        extra_body={"return_token_ids": True},
+    )
+    as_ids = raw_completion(
+        server, prompt=ids, max_tokens=6, seed=5, extra_body={"return_token_ids": True}
+    )
+    assert as_ids["choices"][0]["prompt_token_ids"] == ids
+    assert as_ids["choices"][0]["token_ids"] == as_text["choices"][0]["token_ids"]
+
+
+def test_chat_n_samples_are_seed_reproducible(server: ModelServer) -> None:
+    messages: list[Any] = [{"role": "user", "content": "write add"}]
+
+    def ask(seed: int) -> list[str]:
+        r = client(server).chat.completions.create(
+            model="tiny", messages=messages, n=3, seed=seed, max_tokens=8
+        )
+        assert len(r.choices) == 3
+        return [c.message.content or "" for c in r.choices]
+
+    first = ask(11)
+    assert ask(11) == first
+    assert ask(12) != first
+    assert len(set(first)) > 1  # the n samples differ from each other
+
+
+def test_chat_logprobs_and_prompt_ids(server: ModelServer) -> None:
+    r = client(server).chat.completions.with_raw_response.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=5,
+        logprobs=True,
+        top_logprobs=3,
+        extra_body={"return_token_ids": True, "return_tokens_as_token_ids": True},
+    )
+    body = json.loads(r.content)
+    assert r.headers["x-policy-version"] == "0"
+    expected_prompt = server.policy.encode("<|user|>\nhi\n<|assistant|>\n")
+    assert body["prompt_token_ids"] == expected_prompt
+    choice = body["choices"][0]
+    content = choice["logprobs"]["content"]
+    assert [e["token"] for e in content] == [f"token_id:{i}" for i in choice["token_ids"]]
+    assert all(len(e["top_logprobs"]) == 3 for e in content)
+    got = [e["logprob"] for e in content]
+    assert rescore(server, expected_prompt, choice["token_ids"]) == pytest.approx(got, abs=1e-4)
+
+
+def test_max_tokens_finishes_with_length(server: ModelServer) -> None:
+    body = raw_completion(
+        server, prompt="x", max_tokens=4, seed=1, extra_body={"return_token_ids": True}
+    )
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert len(choice["token_ids"]) == 4
+
+
+def test_stop_string_cuts_the_text(server: ModelServer) -> None:
+    full = raw_completion(server, prompt="def", max_tokens=12, seed=21)["choices"][0]["text"]
+    assert len(full) >= 6, full
+    stop = full[3:5]  # a string the seeded sample is known to produce
+    body = raw_completion(
+        server,
+        prompt="def",
+        max_tokens=12,
+        seed=21,
+        stop=[stop],
+        extra_body={"return_token_ids": True},
+    )
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert choice["text"] == full[: full.find(stop)]
+    # the token that completed the stop string is kept, as vLLM does
+    assert stop in server.policy.decode(choice["token_ids"])
+
+
+@pytest.mark.parametrize(
+    ("field", "kw"),
+    [
+        ("temperature", {"temperature": -1}),
+        ("top_p", {"top_p": 0}),
+        ("max_tokens", {"max_tokens": 0}),
+        ("n", {"n": 0}),
+        ("prompt", {"prompt": [999999]}),
+        ("stream", {"extra_body": {"stream": True}}),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field(
+    server: ModelServer, field: str, kw: dict[str, Any]
+) -> None:
+    body = {"prompt": "x", "max_tokens": 2, **kw}
+    with pytest.raises(openai.BadRequestError) as err:
+        client(server).completions.create(model="tiny", **body)
+    assert field in err.value.message
+
+
+def test_unknown_model_is_a_404_naming_the_served_one(server: ModelServer) -> None:
+    with pytest.raises(openai.NotFoundError, match="tiny"):
+        client(server).completions.create(model="gpt-9", prompt="x", max_tokens=2)
+
+
+async def test_openai_policy_gets_token_ids_from_the_server(server: ModelServer) -> None:
+    params = SamplingParams(max_tokens=6, n=2, seed=4, temperature=1.0)
+    for mode in ("completions", "chat"):
+        async with OpenAIPolicy(
+            server.base_url, "tiny", mode=mode, token_ids=True, logprobs=True
+        ) as policy:
+            gens = await policy.generate("def add(", params)
+        assert len(gens) == 2
+        for g in gens:
+            assert g.token_ids is not None and g.prompt_token_ids is not None
+            assert g.logprobs is not None and len(g.logprobs) == len(g.token_ids)
+            assert g.text == server.policy.decode(g.token_ids)
+
+
+def test_weight_update_bumps_version_and_changes_outputs(model_dir: Path, tmp_path: Path) -> None:
+    other = build_random_model(tmp_path / "other", n_embd=32, seed=1)
+    with ModelServer(model_dir, model_name="tiny", weights_token="s3cret") as srv:
+        http = httpx.Client(base_url=srv.base_url, timeout=60)
+        # greedy tokens of random models all echo the prompt; their logprobs tell them apart
+        ask = {"model": "tiny", "prompt": "def", "max_tokens": 8, "temperature": 0, "logprobs": 0}
+
+        def lps(body: dict[str, Any]) -> list[float]:
+            return list(body["choices"][0]["logprobs"]["token_logprobs"])
+
+        before = lps(http.post("/completions", json=ask).json())
+
+        assert http.post("/weights", json={"path": str(other)}).status_code == 401
+        auth = {"authorization": "Bearer s3cret"}
+        r = http.post("/weights", json={"path": str(other)}, headers=auth)
+        assert r.status_code == 200 and r.json()["policy_version"] == 1
+        after = http.post("/completions", json=ask).json()
+        assert after["policy_version"] == 1
+        assert lps(after) != pytest.approx(before, abs=1e-3)
+        assert http.get("/models").json()["data"][0]["policy_version"] == 1
+
+        bad = http.post("/weights", json={"path": str(tmp_path / "nope")}, headers=auth)
+        assert bad.status_code == 400 and "nope" in bad.json()["error"]["message"]
+        r = http.post("/reload", json={}, headers=auth)  # back to the served folder
+        assert r.json()["policy_version"] == 2
+        again = http.post("/completions", json=ask).json()
+        assert lps(again) == before and again["policy_version"] == 2
+
+
+def test_the_tokenizers_chat_template_is_used(tmp_path: Path) -> None:
+    template = "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}[assistant]"
+    path = build_random_model(tmp_path / "chat", n_embd=32, chat_template=template)
+    with ModelServer(path) as srv:
+        r = client(srv).chat.completions.with_raw_response.create(
+            model=srv.model_name,
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=2,
+            extra_body={"return_token_ids": True},
+        )
+        body = json.loads(r.content)
+        assert body["prompt_token_ids"] == srv.policy.encode("[user]hi[assistant]")
