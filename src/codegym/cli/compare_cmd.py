@@ -16,16 +16,18 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from codegym.cli._common import console, fail
-from codegym.evals.compare import CompareOptions, CompareResult, compare_runs
-from codegym.evals.power import PowerPlan, plan
-from codegym.evals.runs import Run, RunError, load_run
+
+if TYPE_CHECKING:
+    from codegym.evals.compare import CompareOptions, CompareResult
+    from codegym.evals.power import PowerPlan
+    from codegym.evals.runs import Run
 
 out = Console(highlight=False)
 
@@ -48,6 +50,8 @@ MinOverlap = Annotated[float, typer.Option(help="Refuse below this shared fracti
 
 
 def _load(path: Path) -> Run:
+    from codegym.evals.runs import RunError, load_run
+
     try:
         return load_run(path)
     except RunError as e:
@@ -55,6 +59,9 @@ def _load(path: Path) -> Run:
 
 
 def _compare(baseline: Path, candidate: Path, opts: CompareOptions) -> CompareResult:
+    from codegym.evals.compare import compare_runs
+    from codegym.evals.runs import RunError
+
     a, b = _load(baseline), _load(candidate)
     try:
         return compare_runs(a, b, opts)
@@ -74,6 +81,8 @@ def compare(
     min_overlap: MinOverlap = 0.5,
 ) -> None:
     """Paired comparison of two runs: delta, its CI, p-value and a three-state verdict."""
+    from codegym.evals.compare import CompareOptions
+
     opts = CompareOptions(
         margin=margin, alpha=alpha, k=k, seed=seed, min_tasks=min_tasks, min_overlap=min_overlap
     )
@@ -99,6 +108,8 @@ def gate(
 ) -> None:
     """CI gate: exit 0 when the candidate is not worse, 1 on a regression (2: bad input,
     3: inconclusive with --on-inconclusive fail)."""
+    from codegym.evals.compare import CompareOptions
+
     opts = CompareOptions(
         margin=margin, alpha=alpha, k=k, min_tasks=min_tasks, min_overlap=min_overlap
     )
@@ -133,6 +144,9 @@ def plan_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """How many tasks x samples per task detect a change of --delta, from a baseline run."""
+    from codegym.evals.power import plan
+    from codegym.evals.runs import RunError
+
     run = _load(baseline)
     try:
         result = plan(run, delta, alpha=alpha, power=power, correlation=correlation)

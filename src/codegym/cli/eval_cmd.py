@@ -6,7 +6,7 @@ import asyncio
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,10 +15,13 @@ from codegym.cli._progress import score_progress
 from codegym.cli.score_cmd import _print_summary
 from codegym.evals.rundir import build_summary, write_run
 from codegym.evals.runner import Runner, RunnerConfig, SampleResult, quarantined_results
-from codegym.policies import OpenAIPolicy, PolicyError, SamplingParams
+from codegym.policies import PolicyError, SamplingParams
 from codegym.sandbox import HostUnsupported, Sandbox
 from codegym.store import DictCache, Store
 from codegym.tasks import DatasetError, Task, load_suite, verify
+
+if TYPE_CHECKING:
+    from codegym.policies.openai_policy import OpenAIPolicy
 
 
 def eval_(
@@ -67,6 +70,8 @@ def eval_(
     missing: a killed run resumes, a finished one returns at once.
     Exit codes: 0 done, 2 bad input, 3 too many infra failures (see the diagnosis).
     """
+    from codegym.policies.openai_policy import OpenAIPolicy
+
     if mode not in ("completions", "chat"):
         fail(f"--mode {mode!r}: use 'completions' or 'chat'")
     if n < 1 or not 1 <= model_concurrency <= 4096 or flaky_repeats < 1:

@@ -9,14 +9,14 @@ per-task plot). The page is self-contained (no script, no network). Exit codes: 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from codegym.cli._common import console, fail
-from codegym.evals.compare import CompareOptions
-from codegym.evals.report import PricesError, ReportOptions, load_prices, render_report
-from codegym.evals.runs import RunError
+
+if TYPE_CHECKING:
+    pass
 
 
 def report(
@@ -35,6 +35,10 @@ def report(
     title: Annotated[str | None, typer.Option(help="Page title.")] = None,
 ) -> None:
     """Write a self-contained HTML report for runs, or compare them against a baseline."""
+    from codegym.evals.compare import CompareOptions
+    from codegym.evals.report import PricesError, ReportOptions, load_prices, render_report
+    from codegym.evals.runs import RunError
+
     try:
         opts = ReportOptions(
             compare=CompareOptions(margin=margin, alpha=alpha, k=k),

@@ -4,12 +4,20 @@
 exactly ``params.n`` of them, or ``PolicyError``). Implementations: ``OpenAIPolicy`` (any
 OpenAI-compatible server) and ``ReplayPolicy`` (completions from a samples file).
 ``extract_code`` / ``outcome_for_generation`` turn a generation into code to score, or into
-the model outcomes ``no_code`` / ``truncated``.
+the model outcomes ``no_code`` / ``truncated``. ``OpenAIPolicy`` loads on first use: the
+``openai`` SDK costs about a second to import, which commands that never call a server
+should not pay.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from codegym.policies.errors import PolicyError
 from codegym.policies.extract import extract_code, outcome_for_generation
-from codegym.policies.openai_policy import OpenAIPolicy
+
+if TYPE_CHECKING:
+    from codegym.policies.openai_policy import OpenAIPolicy
 from codegym.policies.policy import Generation, Message, Policy, Prompt, SamplingParams
 from codegym.policies.replay import ReplayPolicy
 from codegym.policies.retry import Retry
@@ -27,3 +35,12 @@ __all__ = [
     "extract_code",
     "outcome_for_generation",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OpenAIPolicy":
+        from codegym.policies.openai_policy import OpenAIPolicy
+
+        globals()[name] = OpenAIPolicy
+        return OpenAIPolicy
+    raise AttributeError(f"module 'codegym.policies' has no attribute {name!r}")
