@@ -12,11 +12,15 @@ differences; exit 1 when any trajectory differs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -36,6 +40,9 @@ from codegym.sandbox import HostUnsupported, Sandbox
 from codegym.store import Store
 from codegym.store.records import Trajectory as StoredTrajectory
 from codegym.tasks.synthetic import generate
+
+if TYPE_CHECKING:  # Ray is imported only by runs that use it (``import ray`` costs ~0.7 s)
+    from codegym.rollout.ray_executor import RayExecutor, RayOptions
 
 
 def load_env_file(path: Path) -> None:
@@ -82,6 +89,16 @@ def rollout(
         Path | None, typer.Option(help="Result store (DuckDB); default $CODEGYM_STORE.")
     ] = None,
     no_store: Annotated[bool, typer.Option(help="Store nothing.")] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Run episodes on Ray actors: local (start one here), auto or ray://HOST:PORT "
+            "(join a cluster). Absent: local asyncio."
+        ),
+    ] = None,
+    ray_actors: Annotated[
+        int, typer.Option(help="Ray worker actors, each with its own sandbox pool.")
+    ] = 2,
 ) -> None:
     """Run GROUPS × GROUP_SIZE episodes of an env against a model server; write a run folder."""
     for f in env_file or []:
@@ -110,26 +127,55 @@ def rollout(
             seed=seed,
         )
         tools = getattr(ENVS[env], "tools", None) if mode == "chat" else None
-        policy = OpenAIPolicy(
+        ray_opts: RayOptions | None = None
+        if ray_address is not None:
+            from codegym.rollout.ray_executor import RayOptions, per_actor
+
+            ray_opts = RayOptions(address=ray_address, actors=ray_actors)
+        # a factory: each Ray actor builds its own client (a live one cannot be pickled)
+        policy_factory = partial(
+            OpenAIPolicy,
             base_url,
             model,
             api_key=api_key or os.environ.get("OPENAI_API_KEY"),
             mode=mode,  # type: ignore[arg-type]
-            concurrency=model_concurrency,
             tools=tools,
         )
+        policy = policy_factory(concurrency=model_concurrency)
+        if ray_opts is not None:
+            policy_factory = partial(  # the actors share the run's model concurrency
+                policy_factory, concurrency=per_actor(model_concurrency, ray_actors)
+            )
     except (ValueError, PolicyError, RolloutError) as e:
         fail(str(e))
+    run = _Run(tier, workers, ray_opts, policy_factory, tuple(env_file or ()))
     with open_store(store, no_store) as st:
         try:
             summary = asyncio.run(
-                _rollout(EnvSpec(env, options), policy, params, cfg, tasks, tier, workers, out, st)
+                _rollout(EnvSpec(env, options), policy, params, cfg, tasks, run, out, st)
             )
-        except (HostUnsupported, EnvError) as e:
+        except (HostUnsupported, EnvError, RolloutError) as e:
             fail(str(e))
     typer.echo(json.dumps(summary, indent=2))
     if summary.get("aborted"):
         fail(summary["aborted"], code=3)
+
+
+def load_env_files(paths: tuple[Path, ...]) -> None:
+    """Register the envs of ``--env-file`` files (run again inside each Ray actor)."""
+    for f in paths:
+        load_env_file(f)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """Where episodes run: the sandbox, and Ray when ``ray`` is set."""
+
+    tier: str
+    workers: int | None
+    ray: RayOptions | None
+    policy_factory: Callable[[], OpenAIPolicy]
+    env_files: tuple[Path, ...]
 
 
 async def _rollout(
@@ -138,26 +184,49 @@ async def _rollout(
     params: SamplingParams,
     cfg: RolloutConfig,
     tasks: list[Any],
-    tier: str,
-    workers: int | None,
+    run: _Run,
     out: Path,
     store: Store | None,
 ) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     run_id = out.resolve().name
     summary: dict[str, Any] = {}
-    async with Sandbox(tier=tier, workers=workers) as sb, policy:
-        resources = Resources(sb, tier=tier)
-        spec.make(resources)  # validate the options before any request
-        ex = LocalExecutor(
-            spec,
-            policy,
-            params,
-            resources,
-            prompt=policy.mode,
-            model_concurrency=cfg.model_concurrency,
-            env_concurrency=2 * sb.size,
-        )
+    async with contextlib.AsyncExitStack() as stack:
+        ex: LocalExecutor | RayExecutor
+        ray_ex: RayExecutor | None = None
+        if run.ray is None:
+            sb = await stack.enter_async_context(Sandbox(tier=run.tier, workers=run.workers))
+            await stack.enter_async_context(policy)
+            resources = Resources(sb, tier=run.tier)
+            spec.make(resources)  # validate the options before any request
+            ex = LocalExecutor(
+                spec,
+                policy,
+                params,
+                resources,
+                prompt=policy.mode,
+                model_concurrency=cfg.model_concurrency,
+                env_concurrency=2 * sb.size,
+            )
+            executor_info: dict[str, Any] = {"kind": "local"}
+        else:
+            from codegym.rollout.ray_executor import RayExecutor, SandboxSpec, per_actor
+
+            spec.make(Resources(None, tier=run.tier))  # validate the options before Ray starts
+            workers = run.workers or 1
+            ex = RayExecutor(
+                spec,
+                run.policy_factory,
+                params,
+                sandbox=SandboxSpec(tier=run.tier, workers=workers),
+                ray_options=run.ray,
+                prompt=policy.mode,
+                model_concurrency=per_actor(cfg.model_concurrency, run.ray.actors),
+                env_concurrency=2 * workers,
+                worker_setup=partial(load_env_files, run.env_files) if run.env_files else None,
+            )
+            ray_ex = await stack.enter_async_context(ex)
+            executor_info = {"kind": "ray", "address": run.ray.address, "actors": run.ray.actors}
         engine = RolloutEngine(ex, cfg, env=spec.name)
         with (out / "trajectories.jsonl").open("w") as tf, (out / "excluded.jsonl").open("w") as xf:
             try:
@@ -183,10 +252,13 @@ async def _rollout(
                         store.put_trajectories([_stored(t, run_id) for t in g.trajectories])
             except RolloutAborted as e:
                 summary["aborted"] = e.diagnosis
+        if ray_ex is not None:
+            executor_info.update(ray_ex.stats)
     summary = {
         **engine.stats.summary(),
         **summary,
         "env": spec.name,
+        "executor": executor_info,
         "config": {
             "env_options": spec.options,
             "group_size": cfg.group_size,
