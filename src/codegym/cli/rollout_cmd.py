@@ -26,7 +26,7 @@ import typer
 
 from codegym.cli._common import fail, open_store
 from codegym.envs import ENVS, EnvError, Resources, Trajectory
-from codegym.policies import OpenAIPolicy, PolicyError, SamplingParams
+from codegym.policies import PolicyError, SamplingParams
 from codegym.rollout import (
     EnvSpec,
     LocalExecutor,
@@ -42,6 +42,7 @@ from codegym.store.records import Trajectory as StoredTrajectory
 from codegym.tasks.synthetic import generate
 
 if TYPE_CHECKING:  # Ray is imported only by runs that use it (``import ray`` costs ~0.7 s)
+    from codegym.policies.openai_policy import OpenAIPolicy
     from codegym.rollout.ray_executor import RayExecutor, RayOptions
 
 
@@ -132,6 +133,8 @@ def rollout(
             from codegym.rollout.ray_executor import RayOptions, per_actor
 
             ray_opts = RayOptions(address=ray_address, actors=ray_actors)
+        from codegym.policies.openai_policy import OpenAIPolicy
+
         # a factory: each Ray actor builds its own client (a live one cannot be pickled)
         policy_factory = partial(
             OpenAIPolicy,

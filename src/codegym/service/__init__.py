@@ -3,11 +3,38 @@
 Server: ``create_app(ServiceConfig(token=...))`` is a FastAPI app (``codegym sandbox serve``
 runs it under uvicorn, see ``server.serve``). Client: ``RemoteSandbox(urls, token=...)``
 has the methods and results of ``codegym.sandbox.Sandbox``, over one service or a pool.
+Names load on first use, so the CLI does not pay for FastAPI unless it serves.
 """
 
-from codegym.service.app import ServiceConfig, create_app
-from codegym.service.client import RemoteSandbox, RemoteSession, Retry
-from codegym.service.server import running, serve
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from codegym.service.app import ServiceConfig, create_app
+    from codegym.service.client import RemoteSandbox, RemoteSession, Retry
+    from codegym.service.server import running, serve
+
+_LAZY = {
+    "ServiceConfig": "codegym.service.app",
+    "create_app": "codegym.service.app",
+    "RemoteSandbox": "codegym.service.client",
+    "RemoteSession": "codegym.service.client",
+    "Retry": "codegym.service.client",
+    "running": "codegym.service.server",
+    "serve": "codegym.service.server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'codegym.service' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "RemoteSandbox",
