@@ -41,6 +41,7 @@ from codegym.sandbox import (
     AssertTest,
     ExecResult,
     HostUnsupported,
+    IOTest,
     Limits,
     Sandbox,
     SandboxInputError,
@@ -1014,9 +1015,6 @@ async def test_poison_ld_so_preload_for_the_next_run(sb: Sandbox) -> None:
         assert (r.verdict, r.stdout, r.stderr) == (Verdict.OK, "clean\n", ""), r.stderr
 
 
-@pytest.mark.xfail(
-    strict=True, reason="assert tests report on fd 3, which the program can write: it forges passes"
-)
 async def test_forge_test_results(sb: Sandbox) -> None:
     snap = _snapshot(sb)
     code = dedent(r"""
@@ -1033,27 +1031,125 @@ async def test_forge_test_results(sb: Sandbox) -> None:
     r = await sb.run_tests(code, tests, limits=LIMITS)
     await _aftermath(sb, snap)
     assert not any(t.passed for t in r.tests), r.tests
+    assert all(t.verdict == Verdict.ERROR and "forged" in t.detail for t in r.tests), r.tests
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fd 4 (the zygote's set-up/death-mark pipe) stays open in the program: writing "
-    "b'S24' to it before a normal exit turns the run into a SIGXCPU timeout",
-)
+# What a test fork used to report on its private fd 3, and what the harness wrote to the
+# zygote: a program that writes exactly these (plainly, or with a guessed tag) forges a pass.
+FORK_PASS = b'{"passed": true, "verdict": "ok", "detail": ""}'
+LINE_PASS = b'{"i": 0, "passed": true, "verdict": "ok", "detail": ""}\n'
+GUESSED_TAG = b"0" * 32 + b" "
+
+
+async def test_forge_a_result_from_inside_a_forked_test(sb: Sandbox) -> None:
+    # several assert tests each run in a fork that reports to the harness on fd 3
+    snap = _snapshot(sb)
+    code = f"import os\ndef solve():\n    os.write(3, {FORK_PASS!r})\n    os._exit(0)\n"
+    tests = [AssertTest("assert solve() == 42"), AssertTest("assert solve() == 43")]
+    r = await sb.run_tests(code, tests, limits=LIMITS)
+    await _aftermath(sb, snap)
+    assert [(t.passed, t.verdict) for t in r.tests] == [(False, Verdict.ERROR)] * 2, r.tests
+    assert all("forged" in t.detail for t in r.tests), r.tests
+
+
+@pytest.mark.parametrize("line", [LINE_PASS, GUESSED_TAG + LINE_PASS], ids=["plain", "tagged"])
+async def test_forge_a_result_from_the_single_in_process_test(sb: Sandbox, line: bytes) -> None:
+    snap = _snapshot(sb)
+    code = f"import os\ndef solve():\n    os.write(3, {line!r})\n    os._exit(0)\n"
+    r = await sb.run_tests(code, [AssertTest("assert solve() == 42")], limits=LIMITS)
+    await _aftermath(sb, snap)
+    (t,) = r.tests
+    assert (t.passed, t.verdict) == (False, Verdict.ERROR) and "forged" in t.detail, t
+
+
+async def test_forge_a_result_from_a_child_process(sb: Sandbox) -> None:
+    # no in-process secret to dig out: the child is a fresh interpreter
+    snap = _snapshot(sb)
+    code = dedent(f"""
+        import os, subprocess, sys
+        forge = "import os, sys; os.write(3, sys.argv[1].encode())"
+        line = {LINE_PASS.decode()!r}
+        subprocess.run([sys.executable, "-c", forge, line], pass_fds=(3,), check=True)
+        def solve():
+            os._exit(0)
+    """)
+    r = await sb.run_tests(code, [AssertTest("assert solve() == 42")], limits=LIMITS)
+    await _aftermath(sb, snap)
+    (t,) = r.tests
+    assert (t.passed, t.verdict) == (False, Verdict.ERROR) and "forged" in t.detail, t
+
+
+async def test_forge_a_stdio_pass(sb: Sandbox) -> None:
+    # a stdio program has no result pipe: what it writes to fd 3 must not count
+    snap = _snapshot(sb)
+    code = dedent(f"""
+        import os
+        try:
+            os.write(3, {FORK_PASS!r})
+        except OSError as e:
+            print('fd 3:', e.strerror)
+        print('wrong')
+    """)
+    r = await sb.run_tests(code, [IOTest("", "42"), IOTest("", "43")], limits=LIMITS)
+    await _aftermath(sb, snap)
+    assert [(t.passed, t.verdict) for t in r.tests] == [(False, Verdict.OK)] * 2, r.tests
+    assert all(t.detail.startswith("wrong answer: fd 3:") for t in r.tests), r.tests
+
+
 async def test_forge_its_own_death_signal(sb: Sandbox) -> None:
     snap = _snapshot(sb)
     code = dedent(r"""
         import os
         for fd in range(3, 10):
-            try:
-                os.write(fd, b'S24')
-            except OSError:
-                pass
+            for mark in (b'S24', b'0' * 32 + b' S24\n'):
+                try:
+                    os.write(fd, mark)
+                except OSError:
+                    pass
         print('answer')
     """)
     r = await sb.run_python(code, limits=LIMITS)
     await _aftermath(sb, snap)
     assert (r.verdict, r.signal, r.stdout) == (Verdict.OK, None, "answer\n"), r.reason
+
+
+async def test_a_self_sent_sigxcpu_is_not_a_timeout(sb: Sandbox) -> None:
+    # the signal is real (the death mark is genuine) but no CPU limit was reached
+    snap = _snapshot(sb)
+    code = "import os, signal\nos.kill(os.getpid(), signal.SIGXCPU)\n"
+    r = await sb.run_python(code, limits=LIMITS)
+    assert (r.verdict, r.signal) == (Verdict.KILLED, "SIGXCPU"), (r.verdict, r.reason)
+    tests = [AssertTest(code.replace("\n", "; ")), AssertTest("assert True")]
+    r = await sb.run_tests("", tests, limits=LIMITS)
+    assert r.tests[0].verdict == Verdict.KILLED, r.tests
+    assert (r.tests[1].passed, r.tests[1].verdict) == (True, Verdict.OK), r.tests
+    await _aftermath(sb, snap)
+
+
+async def test_the_harness_is_not_on_the_programs_path(sb: Sandbox) -> None:
+    snap = _snapshot(sb)
+    code = dedent(r"""
+        import sys
+        print('path:', [p for p in sys.path if 'codegym' in p])
+        sys.modules.pop('_harness', None)
+        try:
+            import _harness
+            print('import: ALLOWED')
+        except ImportError:
+            print('import: refused')
+    """)
+    r = await sb.run_python(code, limits=LIMITS)
+    await _aftermath(sb, snap)
+    assert _outcomes(r.stdout) == {"path": "[]", "import": "refused"}, (r.stdout, r.stderr)
+
+
+async def test_buffered_output_into_a_closed_stdout(sb: Sandbox) -> None:
+    # CPython exits 120 when the final flush of stdout fails; so must the harness
+    snap = _snapshot(sb)
+    r = await sb.run_python("import os\nprint('lost')\nos.close(1)\n", limits=LIMITS)
+    await _aftermath(sb, snap)
+    assert (r.verdict, r.exit_code, r.stdout) == (Verdict.ERROR, 120, ""), (r.verdict, r.stderr)
+    assert "Exception ignored in" in r.stderr and "Bad file descriptor" in r.stderr, r.stderr
 
 
 # ---------------------------------------------------------------- the pool

@@ -3,6 +3,16 @@
 Executed by the jail's interpreter next to ``_zygote.py``. It runs one program, or one
 program against many test cases, and reports per-test results on fd 3 as JSON lines.
 
+The result channel (fd 3) and the death-mark pipe (fd 4) are writable by the program, so
+every line the harness writes on them is signed: ``<32 hex of HMAC-SHA256> <payload>\n``,
+keyed by a fresh per-run secret the zygote makes before the fork (``Channel``). The zygote
+keeps the key in its own process and accepts only lines that verify; anything else on
+fd 3 is a forgery and fails the whole batch (the program's fault). The key never enters
+the request, the environment, a module global or ``sys.argv``; forks that run a stdio
+program wipe it and close fds 3 and 4 first. Code running in the harness's own process
+(the program of an assert batch) can still dig the key out of the harness's frames or
+objects; see docs/sandbox.md for what that does and does not cover.
+
 Test kinds:
 - ``assert``: the program runs once; each test's code then runs against the program's
   globals. One test runs in-process; several fork once each, so a test that mutates state
@@ -16,9 +26,11 @@ from __future__ import annotations
 import atexit
 import builtins
 import errno
+import hmac
 import json
 import math
 import os
+import re
 import select
 import signal
 import sys
@@ -28,7 +40,13 @@ import traceback
 import types
 
 RESULT_FD = 3
+MARK_FD = 4
 _OUT_CAP = 1 << 20
+_TAG_HEX = 32  # 128 bits of HMAC-SHA256: unforgeable without the key, short on the wire
+_SIGNED = re.compile(rb"([0-9a-f]{%d}) ([^\n]*)\n" % _TAG_HEX)
+# a genuine SIGXCPU lands at the rlimit by the kernel's tick-sampled clock, which on a
+# busy VM runs ahead of rusage (0.84-0.99 of the limit measured); see _verdict.py
+XCPU_MIN_FRACTION = 0.5
 
 
 FATAL_BY_DEFAULT = (
@@ -38,23 +56,79 @@ FATAL_BY_DEFAULT = (
 )  # fmt: skip
 
 
-def die(signum: int, frame: object) -> None:
-    """Act out a signal's default action for pid 1, which the kernel would ignore.
+class Channel:
+    """The signing side of the result channel, holding this run's key.
 
-    The zygote installs this in the program process (pid 1 of its namespace). The
-    marker on fd 4 lets the zygote report the signal rather than an exit status.
+    Built in the program process from the one-element list the zygote hands over; the
+    list is emptied, so the key lives on only inside this object.
     """
-    try:
-        os.write(4, b"S%d" % signum)
-    except OSError:
-        pass
-    os._exit(128 + signum)
+
+    __slots__ = ("_key",)
+
+    def __init__(self, secret: list) -> None:
+        self._key = bytearray(secret.pop())
+
+    def sign(self, payload: bytes) -> bytes:
+        return _tag(self._key, payload) + b" " + payload + b"\n"
+
+    def report(self, result: dict, fd: int = RESULT_FD) -> None:
+        os.write(fd, self.sign(json.dumps(result).encode()))
+
+    def wipe(self) -> None:
+        """Zero the key in this process (a fork about to run a program that needs none)."""
+        self._key[:] = bytes(len(self._key))
+
+
+def _tag(key: bytes | bytearray, payload: bytes) -> bytes:
+    return hmac.digest(key, payload, "sha256").hex()[:_TAG_HEX].encode()
+
+
+def verified(raw: bytes, key: bytes | bytearray) -> tuple[list[bytes], bool]:
+    """The payloads of the lines in ``raw`` signed with ``key``, and whether anything
+    else (a forgery, or a stray write by the program) was there too."""
+    good: list[bytes] = []
+    rest = bytearray()
+    end = 0
+    for m in _SIGNED.finditer(raw):
+        if hmac.compare_digest(m.group(1), _tag(key, m.group(2))):
+            good.append(m.group(2))
+            rest += raw[end : m.start()]
+            end = m.end()
+    rest += raw[end:]
+    return good, bool(rest.strip())
+
+
+def death_handler(channel: Channel):  # -> Callable[[int, object], None]
+    """A handler acting out a fatal signal's default action for pid 1.
+
+    The kernel ignores such signals for pid 1 of a namespace (the program process), so
+    the zygote installs this there: it leaves a signed mark on fd 4, so the zygote
+    reports the signal rather than an exit status, and exits.
+    """
+
+    def die(signum: int, frame: object) -> None:
+        try:
+            os.write(MARK_FD, channel.sign(b"S%d" % signum))
+        except OSError:
+            pass
+        os._exit(128 + signum)
+
+    die.codegym_die = True  # type: ignore[attr-defined]
+    return die
+
+
+def death_signal(marks: bytes, key: bytes | bytearray) -> int | None:
+    """The signal a genuine death mark in ``marks`` names; forged marks are ignored."""
+    for payload in verified(marks, key)[0]:
+        if re.fullmatch(rb"S\d{1,2}", payload):
+            return int(payload[1:])
+    return None
 
 
 def _default_signals() -> None:
     """In a forked test process (not pid 1) the kernel's defaults work again."""
     for sig in FATAL_BY_DEFAULT:
-        if signal.getsignal(sig) is die:
+        if getattr(signal.getsignal(sig), "codegym_die", False):
             signal.signal(sig, signal.SIG_DFL)
 
 
@@ -74,14 +148,16 @@ def write_files(files: list, blobs: list[bytes]) -> None:
             f.write(blobs[idx])
 
 
-def parse_results(raw: bytes) -> list[dict]:
+def parse_results(raw: bytes, key: bytes | bytearray) -> tuple[list[dict], bool]:
+    """The genuine results on the channel, and whether anything forged was there too."""
+    lines, forged = verified(raw, key)
     out = []
-    for line in raw.splitlines():
+    for line in lines:
         try:
             out.append(json.loads(line))
         except ValueError:
-            break  # a truncated last line: the missing tests are reported as not run
-    return out
+            forged = True  # we signed it, so it parses; unreachable short of a key leak
+    return out, forged
 
 
 class ExitWatch:
@@ -172,7 +248,12 @@ def _exit_code(code: object) -> int:
 
 
 def _finish(rc: int) -> None:
-    """Exit like the interpreter would: join threads, run exit hooks, flush."""
+    """Exit like the interpreter would: join threads, run exit hooks, flush.
+
+    As in CPython's ``Py_FinalizeEx``, a failed flush of ``sys.stdout`` (say, fd 1 was
+    closed under buffered output) is reported on stderr and a failed flush of either
+    stream makes the exit status 120, whatever the program asked for.
+    """
     try:
         if threading.active_count() > 1:
             threading._shutdown()  # type: ignore[attr-defined]
@@ -180,19 +261,34 @@ def _finish(rc: int) -> None:
             atexit._run_exitfuncs()
     except BaseException:
         pass
+    failed = False
     for stream in (sys.stdout, sys.stderr):
         try:
+            if stream is None or getattr(stream, "closed", False):
+                continue
             stream.flush()
-        except BaseException:  # a closed or broken stdout is the program's business
-            pass
-    os._exit(rc)
+        except BaseException as exc:
+            failed = True
+            if stream is sys.stdout:
+                _unraisable(stream, exc)
+    os._exit(120 if failed else rc)
 
 
-def run(req: dict, blobs: list[bytes]) -> int:
+def _unraisable(obj: object, exc: BaseException) -> None:
+    try:
+        os.write(2, f"Exception ignored in: {obj!r}\n{type(exc).__name__}: {exc}\n".encode())
+    except (OSError, ValueError):
+        pass  # stderr is gone too
+
+
+def run(req: dict, blobs: list[bytes], channel: Channel) -> int:
     mode = req["mode"]
     tests = req.get("tests")
     if mode == "exec" and not tests:
         argv = req["argv"]
+        channel.wipe()
+        for fd in (RESULT_FD, MARK_FD):
+            os.set_inheritable(fd, False)  # the command has no use for the harness's pipes
         os.execvpe(argv[0], argv, dict(os.environ))
     _std_streams()
     sys.argv = list(req.get("argv") or ["main.py"])
@@ -206,7 +302,7 @@ def run(req: dict, blobs: list[bytes]) -> int:
         except (SyntaxError, ValueError):
             traceback.print_exc(limit=0)
             if tests:
-                _report_all(tests, "error", "the program does not compile")
+                _report_all(channel, tests, "error", "the program does not compile")
             _finish(1)
             return 1
     else:
@@ -216,26 +312,22 @@ def run(req: dict, blobs: list[bytes]) -> int:
         _finish(rc)
     kind = tests[0]["kind"]
     if kind == "assert":
-        _run_asserts(code_obj, path, tests, req["limits"])
+        _run_asserts(channel, code_obj, path, tests, req["limits"])
     else:
-        _run_stdio(code_obj, req, tests, blobs)
+        _run_stdio(channel, code_obj, req, tests, blobs)
     _finish(0)
     return 0
 
 
-def _report(result: dict) -> None:
-    os.write(RESULT_FD, (json.dumps(result) + "\n").encode())
-
-
-def _report_all(tests: list, verdict: str, detail: str) -> None:
+def _report_all(channel: Channel, tests: list, verdict: str, detail: str) -> None:
     for i in range(len(tests)):
-        _report({"i": i, "passed": False, "verdict": verdict, "detail": detail})
+        channel.report({"i": i, "passed": False, "verdict": verdict, "detail": detail})
 
 
-def _run_asserts(code_obj, path: str, tests: list, lim: dict) -> None:
+def _run_asserts(channel: Channel, code_obj, path: str, tests: list, lim: dict) -> None:
     rc, g = _exec_main(code_obj, path)
     if rc != 0:
-        _report_all(tests, "error", f"the program exited with {rc} before the tests")
+        _report_all(channel, tests, "error", f"the program exited with {rc} before the tests")
         return
     compiled = []
     for t in tests:
@@ -244,10 +336,11 @@ def _run_asserts(code_obj, path: str, tests: list, lim: dict) -> None:
         except SyntaxError as e:
             compiled.append(e)
     if len(tests) == 1:
-        _report({"i": 0, **_assert_in_process(compiled[0], g)})
+        channel.report({"i": 0, **_assert_in_process(compiled[0], g)})
         return
     for i, c in enumerate(compiled):
-        _report({"i": i, **_in_child(lambda c=c: _assert_child(c, g), lim, None)[0]})
+        run_one = lambda c=c: _assert_child(channel, c, g)  # noqa: E731
+        channel.report({"i": i, **_in_child(channel, run_one, lim, None)[0]})
 
 
 def _assert_in_process(code_obj, g: dict) -> dict:
@@ -264,32 +357,33 @@ def _assert_in_process(code_obj, g: dict) -> dict:
     return {"passed": True, "verdict": "ok", "detail": ""}
 
 
-def _assert_child(code_obj, g: dict) -> int:
+def _assert_child(channel: Channel, code_obj, g: dict) -> int:
     res = _assert_in_process(code_obj, g)
     try:
         sys.stdout.flush()
     except BaseException:
         pass
-    os.write(RESULT_FD, json.dumps(res).encode())
+    channel.report(res)  # fd 3 is this test's private pipe to the harness
     return 0
 
 
-def _run_stdio(code_obj, req: dict, tests: list, blobs: list[bytes]) -> None:
+def _run_stdio(channel: Channel, code_obj, req: dict, tests: list, blobs: list[bytes]) -> None:
     lim = req["limits"]
     argv = req.get("argv")
     build = req.get("build")
     if build:
-        res, out = _in_child(lambda: _exec_merged(build), lim, b"")
+        res, out = _in_child(channel, lambda: _exec_merged(build), lim, b"")
         if not res["passed"]:
             why = res["detail"] if res["verdict"] != "ok" else ""
-            _report_all(tests, "error", f"build failed: {why} {_snip(out)}".strip())
+            _report_all(channel, tests, "error", f"build failed: {why} {_snip(out)}".strip())
             return
     for i, t in enumerate(tests):
         stdin = blobs[t["stdin"]]
         if code_obj is not None:
-            res, out = _in_child(lambda: _stdio_python(code_obj), lim, stdin)
+            res, out = _in_child(channel, lambda: _stdio_python(code_obj), lim, stdin)
         else:
-            res, out = _in_child(lambda: os.execvpe(argv[0], argv, dict(os.environ)), lim, stdin)
+            run_cmd = lambda: os.execvpe(argv[0], argv, dict(os.environ))  # noqa: E731
+            res, out = _in_child(channel, run_cmd, lim, stdin)
         if res["verdict"] == "ok":
             passed = compare(
                 out, blobs[t["expected"]], t.get("compare", "exact"), t.get("tolerance", 1e-6)
@@ -299,7 +393,7 @@ def _run_stdio(code_obj, req: dict, tests: list, blobs: list[bytes]) -> None:
                 "verdict": "ok",
                 "detail": "" if passed else "wrong answer: " + _snip(out),
             }
-        _report({"i": i, **res})
+        channel.report({"i": i, **res})
 
 
 def _exec_merged(argv: list) -> int:
@@ -315,13 +409,20 @@ def _stdio_python(code_obj) -> int:
     return rc
 
 
-def _in_child(fn, lim: dict, stdin: bytes | None) -> tuple[dict, bytes]:
-    """Fork, run ``fn`` in the child under the per-test limits; judge it here."""
+def _in_child(channel: Channel, fn, lim: dict, stdin: bytes | None) -> tuple[dict, bytes]:
+    """Fork, run ``fn`` in the child under the per-test limits; judge it here.
+
+    ``stdin`` None means an assert test: the child reports one signed result on a private
+    pipe at fd 3. Otherwise the child runs a program whose output is compared: it gets no
+    result pipe and no key at all, so nothing it writes can pass for a result.
+    """
     import resource
 
-    res_r, res_w = os.pipe()
+    res_r = res_w = -1
     out_r = out_w = -1
-    if stdin is not None:
+    if stdin is None:
+        res_r, res_w = os.pipe()
+    else:
         out_r, out_w = os.pipe()
         in_fd = os.memfd_create("case")
         os.write(in_fd, stdin)
@@ -336,17 +437,24 @@ def _in_child(fn, lim: dict, stdin: bytes | None) -> tuple[dict, bytes]:
             _default_signals()
             # gVisor arms RLIMIT_CPU on setrlimit only, not on fork: arm it again
             resource.setrlimit(resource.RLIMIT_CPU, resource.getrlimit(resource.RLIMIT_CPU))
-            os.close(res_r)
-            os.dup2(res_w, RESULT_FD)
-            if stdin is not None:
+            os.close(MARK_FD)  # not pid 1: signals end it without a mark
+            if stdin is None:
+                os.close(res_r)
+                os.dup2(res_w, RESULT_FD)
+                os.close(res_w)
+            else:
+                channel.wipe()
+                os.close(RESULT_FD)
                 os.dup2(in_fd, 0)
                 os.dup2(out_w, 1)
-                os.close(out_r)
+                for fd in (out_r, out_w, in_fd):
+                    os.close(fd)
             rc = fn()
         finally:
             os._exit(rc)
-    os.close(res_w)
-    if stdin is not None:
+    if stdin is None:
+        os.close(res_w)
+    else:
         os.close(out_w)
         os.close(in_fd)
     watch = ExitWatch(pid)
@@ -378,7 +486,7 @@ def _in_child(fn, lim: dict, stdin: bytes | None) -> tuple[dict, bytes]:
                 poller.unregister(fd)
                 open_fds.discard(fd)
             elif fd == res_r:
-                res_buf += chunk[:4096]
+                res_buf += chunk[: max(0, 65536 - len(res_buf))]
             else:
                 out += chunk[: max(0, _OUT_CAP - len(out))]
                 if len(out) >= _OUT_CAP and not overflow:
@@ -392,16 +500,18 @@ def _in_child(fn, lim: dict, stdin: bytes | None) -> tuple[dict, bytes]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     timing = {"cpu_s": round(cpu, 6), "wall_s": round(time.monotonic() - start, 6)}
-    if timed_out or cpu > lim["cpu_s"] or _signal_of(status) == signal.SIGXCPU:
+    sig = _signal_of(status)
+    # a SIGXCPU is believed only with the CPU to show for it: the program can send it too
+    xcpu = sig == signal.SIGXCPU and cpu >= XCPU_MIN_FRACTION * lim["cpu_s"]
+    if timed_out or cpu > lim["cpu_s"] or xcpu:
         return {"passed": False, "verdict": "timeout", "detail": "", **timing}, bytes(out)
     if overflow:
         return {"passed": False, "verdict": "output_limit", "detail": "", **timing}, bytes(out)
     if res_buf:
-        try:
-            return {**json.loads(res_buf), **timing}, bytes(out)
-        except ValueError:
-            pass
-    sig = _signal_of(status)
+        results, forged = parse_results(bytes(res_buf), channel._key)
+        if forged or len(results) != 1:
+            return {**_FORGED, **timing}, bytes(out)
+        return {**results[0], **timing}, bytes(out)
     if sig:
         verdict = "memory" if sig == signal.SIGKILL else "killed"
         return {
@@ -425,6 +535,14 @@ def _in_child(fn, lim: dict, stdin: bytes | None) -> tuple[dict, bytes]:
         "detail": "" if code == 0 else f"exit code {code}",
         **timing,
     }, bytes(out)
+
+
+_FORGED = {
+    "passed": False,
+    "verdict": "error",
+    "detail": "forged: the program wrote to the harness's result channel",
+    "forged": True,
+}
 
 
 def _kill_tree(pid: int) -> None:

@@ -1,4 +1,11 @@
-"""Turn what the zygote and the cgroup observed into a verdict (pure, no I/O)."""
+"""Turn what the zygote and the cgroup observed into a verdict (pure, no I/O).
+
+What the program itself could have written is not taken at its word: a SIGXCPU death
+counts as a timeout only with CPU time to show for it (at least half the limit), and a
+batch whose result channel carried anything the harness did not sign
+(``reply["forged"]``, or a test the harness saw forged) fails every test, as the
+program's fault.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,12 @@ from codegym.sandbox.limits import Limits
 from codegym.sandbox.result import ExecResult, TestResult, Verdict
 
 HARNESS_EXIT = 125  # the harness could not set the program up
+# A genuine SIGXCPU lands at RLIMIT_CPU (whole seconds >= cpu_s) by the kernel's
+# tick-sampled CPU clock, which on a busy VM runs ahead of what rusage and the cgroup
+# report: genuine ones measured 0.84-0.99 of a 1 s limit here. A self-sent one at a
+# fraction of that is the program's own doing. Same value as the harness's.
+XCPU_MIN_FRACTION = 0.5
+FORGED_DETAIL = "forged: the program wrote to the harness's result channel"
 
 
 def _decode(b: bytes) -> str:
@@ -63,7 +76,7 @@ def judge(
             verdict, reason = Verdict.INFRA, "the run's init process died without a report"
         else:
             verdict, reason = Verdict.INFRA, f"harness set-up failed: {stderr.strip()[-300:]}"
-    elif sig == _signal.SIGXCPU or cpu > cpu_cap:
+    elif (sig == _signal.SIGXCPU and cpu >= XCPU_MIN_FRACTION * limits.cpu_s) or cpu > cpu_cap:
         verdict, reason = Verdict.TIMEOUT, f"CPU limit of {limits.cpu_s:g}s"
     elif sig == _signal.SIGKILL and peak is not None and peak >= 0.9 * limits.memory_mb:
         verdict, reason = Verdict.MEMORY, f"exceeded {limits.memory_mb} MB"
@@ -78,7 +91,13 @@ def judge(
 
     tests: tuple[TestResult, ...] = ()
     if batch_size:
-        tests = _tests(reply.get("tests") or [], batch_size, verdict, reason)
+        raw = reply.get("tests") or []
+        if reply.get("forged") or any(isinstance(r, dict) and r.get("forged") for r in raw):
+            tests = tuple(
+                TestResult(i, False, Verdict.ERROR, FORGED_DETAIL) for i in range(batch_size)
+            )
+        else:
+            tests = _tests(raw, batch_size, verdict, reason)
     return ExecResult(
         verdict=verdict,
         exit_code=exit_code,

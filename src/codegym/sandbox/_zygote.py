@@ -14,6 +14,13 @@ Z enforces the wall deadline and the output cap (it reads the pipes). When D exi
 kernel kills every process left in its namespace, so nothing the program started
 survives the run. E never sees Z: it has its own /proc and pid numbering.
 
+Per run Z also makes a fresh secret key before the fork and hands it to the harness in a
+one-element list the harness empties (so no frame or object of Z's code keeps it in E).
+E signs its test results (fd 3) and its death mark (fd 4) with it; Z keeps its own copy
+and believes only what verifies (``_harness.Channel``), so a program writing to those
+fds forges nothing. The zygote's directory is taken off ``sys.path`` once the harness is
+imported, so programs do not see it there.
+
 Without namespaces (the ``process`` tier) D is an ordinary child in its own session and
 the tree is killed by process group; double-forked daemons that call setsid escape that.
 """
@@ -25,7 +32,6 @@ import ctypes
 import gc
 import json
 import os
-import re
 import resource
 import select
 import signal
@@ -150,6 +156,9 @@ class Zygote:
         import _harness  # bound next to this file
 
         self.harness = _harness
+        # a program's sys.path should not lead to the harness's files
+        here = os.path.dirname(os.path.abspath(__file__))
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
         self.harness.warm()
         atexit._clear()  # exit hooks of preloaded modules belong to the zygote, not to runs
         gc.collect()
@@ -172,7 +181,7 @@ class Zygote:
             raise OSError(ctypes.get_errno(), "clone")
         return pid
 
-    def _child(self, req: dict, blobs: list[bytes], fds: dict) -> None:
+    def _child(self, req: dict, blobs: list[bytes], fds: dict, secret: list[bytes]) -> None:
         """E: set up its own namespaces and limits, drop every privilege, run.
 
         With namespaces E is pid 1 of a fresh pid namespace, so when it exits the kernel
@@ -181,6 +190,7 @@ class Zygote:
         """
         code = 1
         try:
+            channel = self.harness.Channel(secret)  # empties ``secret``
             lim = req["limits"]
             if self.namespaces:
                 size = f"size={lim['disk_mb']}m,mode=1777".encode()
@@ -190,8 +200,9 @@ class Zygote:
                 for where in fresh:
                     _mount(b"tmpfs", where, b"tmpfs", MS_NOSUID | MS_NODEV, size)
                 _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+                die = self.harness.death_handler(channel)
                 for sig in self.harness.FATAL_BY_DEFAULT:
-                    signal.signal(sig, self.harness.die)
+                    signal.signal(sig, die)
             else:
                 os.setsid()
             for path in self.cgroup_procs:
@@ -218,7 +229,7 @@ class Zygote:
             os.environ.update(req.get("env") or {})
             drop_privileges(self.bpf)
             os.write(4, b"R")  # set-up done; from here on the program is in charge
-            code = self.harness.run(req, blobs)
+            code = self.harness.run(req, blobs, channel)
         except BaseException as exc:
             try:
                 os.write(2, f"codegym harness: {exc!r}\n".encode())
@@ -245,13 +256,14 @@ class Zygote:
             scratch = tempfile.mkdtemp(prefix="run-", dir=self.workdir)
             req["_cwd"] = scratch
         ready_r, fds["ready_w"] = os.pipe()
+        secret = [os.urandom(16)]  # this run's key; see Channel
         start = time.monotonic()
         pid = self._spawn()
         if pid == 0:
             for fd in (out_r, err_r, res_r, ready_r, *self.channel_fds):
                 if fd >= 0:
                     os.close(fd)
-            self._child(req, blobs, fds)
+            self._child(req, blobs, fds, secret)
         for fd in (out_w, err_w, stdin, res_w, fds["ready_w"]):
             if fd >= 0:
                 os.close(fd)
@@ -312,9 +324,12 @@ class Zygote:
 
             shutil.rmtree(scratch, ignore_errors=True)
         code = os.waitstatus_to_exitcode(status)
-        died = re.fullmatch(rb"RS(\d{1,2})", marks[:8])
+        died = self.harness.death_signal(marks[1:], secret[0]) if len(marks) > 1 else None
         if died and os.WIFEXITED(status):  # pid 1 ended by a default-fatal signal (harness.die)
-            code = -int(died.group(1))
+            code = -died
+        tests = forged = None
+        if res_r >= 0:
+            tests, forged = self.harness.parse_results(bytes(bufs[res_r]), secret[0])
         header = {
             "exit_code": code,
             "timed_out": timed_out,
@@ -324,7 +339,8 @@ class Zygote:
             "maxrss_kb": ru.ru_maxrss,
             "reported": True,
             "ready": marks[:1] == b"R",
-            "tests": self.harness.parse_results(bytes(bufs[res_r])) if res_r >= 0 else None,
+            "tests": tests,
+            "forged": forged,
         }
         return header, [bytes(bufs[out_r]), bytes(bufs[err_r])]
 
