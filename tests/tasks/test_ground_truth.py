@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -47,7 +48,8 @@ async def test_sound_references_are_kept_with_measured_limits(sandbox: Sandbox) 
     for task in report.kept:
         lim = task.limits
         assert lim is not None
-        assert lim.cpu_s == max(0.5, 4.0 * report.ref_cpu_s[task.id])
+        # rounded up to whole seconds (RLIMIT_CPU granularity; keeps task digests stable)
+        assert lim.cpu_s == math.ceil(max(0.5, 4.0 * report.ref_cpu_s[task.id]))
         assert (lim.memory_mb, lim.output_bytes, lim.wall_s) == (256, 4096, 8.0)
     assert report.runs == 6 and report.infra_retries == 0
     # limits are part of the digest: a verified task is a different task for the store
