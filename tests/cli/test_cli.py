@@ -54,8 +54,22 @@ def test_score_stops_on_bad_line_when_asked(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_demo_scores_all_references(tmp_path: Path) -> None:
-    r = run("demo", "--out", str(tmp_path / "demo"), "--repeats", "1")
+def test_demo_runs_the_whole_loop_and_gates(tmp_path: Path) -> None:
+    """A short demo (2 GRPO steps, 2 held-out samples per task): every stage runs and
+    writes its artifacts; the verdict is whatever the statistics say, not asserted."""
+    out = tmp_path / "demo"
+    r = subprocess.run([*CODEGYM, "demo", "--out", str(out), "--steps", "2", "--samples", "2"],
+                       capture_output=True, text=True, timeout=900)  # fmt: skip
     assert r.returncode == 0, r.stderr
-    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
-    assert summary["scored"] == 164 and summary["outcomes"] == {"pass": 164}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verdict"] in ("improved", "regressed", "inconclusive")
+    for side in ("base_pass1", "trained_pass1"):
+        est = summary[side]
+        assert 0.0 <= est["ci_low"] <= est["estimate"] <= est["ci_high"] <= 1.0
+    assert summary["train"]["steps"] == 2 and summary["heldout"]["samples_per_task"] == 2
+    for run_dir in ("base", "trained_eval"):
+        rows = (out / run_dir / "results.jsonl").read_text().splitlines()
+        assert len(rows) == 200
+    assert (out / "trained" / "model.safetensors").is_file()
+    html = (out / "report.html").read_text()
+    assert "GRPO training curve" in html and html.count("<svg") >= 3

@@ -6,6 +6,7 @@ import typer
 
 from codegym.cli import (
     compare_cmd,
+    demo_cmd,
     eval_cmd,
     report_cmd,
     rollout_cmd,
@@ -33,7 +34,7 @@ app.command("report")(report_cmd.report)
 app.command("rollout")(rollout_cmd.rollout)
 app.command("replay")(rollout_cmd.replay)
 app.command("serve-model")(serve_model_cmd.serve_model)
-app.command("demo")(score_cmd.demo)
+app.command("demo")(demo_cmd.demo)
 
 
 def main() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -159,24 +158,3 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
         "outcomes: " + ", ".join(f"{k}={v}" for k, v in summary["outcomes"].items()),
         highlight=False,
     )
-
-
-def demo(
-    out: Annotated[Path, typer.Option(help="Run folder.")] = Path("runs/demo"),
-    tier: Annotated[str, typer.Option(help="Sandbox tier.")] = "jail",
-    repeats: Annotated[int, typer.Option(help="Times each reference solution is scored.")] = 5,
-) -> None:
-    """The main job (for now): score HumanEval's reference solutions in the sandbox."""
-    tasks = _load_suite("humaneval")
-    samples = [
-        {"task_id": t.id, "completion": t.reference} for t in tasks.values() for _ in range(repeats)
-    ]
-    config = {"command": "demo", "suite": "humaneval", "repeats": repeats, "tier": tier}
-    summary = _run_and_write(
-        samples, tasks, tier, os.cpu_count(), out / "results.jsonl", None, True, config, False
-    )
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    _print_summary(summary, as_json=False)
-    console.print(f"wrote {out / 'summary.json'}")
-    if summary["excluded"] or summary["outcomes"].get("pass", 0) != len(samples):
-        fail("some reference solutions did not pass: see results.jsonl", code=1)
