@@ -14,6 +14,7 @@ from codegym.cli import (
     score_cmd,
     serve_cmd,
     serve_model_cmd,
+    train_cmd,
 )
 
 app = typer.Typer(
@@ -34,6 +35,7 @@ app.command("report")(report_cmd.report)
 app.command("rollout")(rollout_cmd.rollout)
 app.command("replay")(rollout_cmd.replay)
 app.command("serve-model")(serve_model_cmd.serve_model)
+app.command("train")(train_cmd.train)
 app.command("demo")(demo_cmd.demo)
 
 

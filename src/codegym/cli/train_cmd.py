@@ -5,7 +5,9 @@ Shows live progress (reward, pass rate, KL, staleness, tokens/s, time split) and
 end, the trained model in Hugging Face format under ``<checkpoint.dir>/final``. Rerunning
 the same command after an interruption resumes from the newest checkpoint.
 
-Exit codes: 0 done, 2 bad config or model directory.
+Exit codes: 0 done, 2 bad config or model directory, 3 the rollout's circuit breaker stopped
+the run (too many infrastructure failures in a row; the diagnosis is printed). The newest
+checkpoint is kept, so rerunning after the fix resumes.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def train(
 ) -> None:
     """GRPO-train a model on synthetic tasks with the settings in CONFIG."""
     from codegym.models import ensure_tiny_model
+    from codegym.rollout import RolloutAborted
     from codegym.train import ConfigError, Trainer, load_config
     from codegym.train.checkpoint import CheckpointError
 
@@ -73,7 +76,10 @@ def train(
         except CheckpointError as e:
             fail(str(e))
         bar.update(job, completed=trainer.step)
-        asyncio.run(trainer.run())
+        try:
+            asyncio.run(trainer.run())
+        except RolloutAborted as e:
+            fail(f"training stopped at step {trainer.step}: {e.diagnosis}", code=3)
     final = trainer.save_final()
     console.print(
         f"trained model: {final}\nmetrics: {Path(cfg.checkpoint.dir) / cfg.run.metrics_file}"

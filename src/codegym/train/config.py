@@ -1,0 +1,212 @@
+"""The trainer's configuration: one typed file (TOML or YAML) with every knob.
+
+    cfg = load_config("configs/grpo_tiny.toml")     # or TrainConfig(...) in code
+    cfg.grpo.clip_eps, cfg.run.mode, cfg.checkpoint.every
+
+Sections: ``model`` (what to train), ``env`` (which environment scores), ``run`` (steps,
+mode, staleness, seed), ``optim``, ``grpo`` (loss), ``sampling``, ``tasks`` (synthetic
+family, difficulty, seed splits), ``sandbox`` (tier, workers, limits) and ``checkpoint``.
+Unknown keys are refused (a typo must not be silently ignored); every field has a default,
+so an empty file is a valid run. ``digest()`` hashes everything that changes the trained
+weights, and a resumed run refuses a checkpoint made under a different digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from codegym.sandbox import Limits
+
+
+class ConfigError(ValueError):
+    """The config file is missing, unreadable or invalid; the message names the field."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Section):
+    path: str | None = None
+    """A Hugging Face model directory; None: the cached tiny model (``ensure_tiny_model``)."""
+    threads: Annotated[int, Field(ge=1)] = 1
+    """torch CPU threads for training and local sampling. 1 by default: on a 2-core box
+    shared with sandbox workers, 2 threads made a 64-episode rollout 20x slower under load
+    (spinning threads), while 1 thread gave the same tokens."""
+
+
+class EnvSection(_Section):
+    name: str = "code"
+    """A registered env (``codegym.envs.ENVS``); ``code`` is ``CodeEnv``."""
+    options: dict[str, Any] = Field(default_factory=lambda: {"style": "continuation"})
+    """The env's options (``CodeEnv``: ``style``, ``rewards``)."""
+
+
+class RunSection(_Section):
+    steps: Annotated[int, Field(ge=1)] = 20
+    """Optimizer steps (one per batch of ``groups_per_step`` groups)."""
+    mode: Literal["sync", "async"] = "sync"
+    """``sync``: step t's groups come from weights t; ``async``: rollouts for t+1 overlap
+    training of t (off-policy by up to ``max_staleness`` versions)."""
+    max_staleness: Annotated[int, Field(ge=0)] = 1
+    """Groups whose oldest token is more versions behind the trainer are dropped (counted)."""
+    seed: Annotated[int, Field(ge=0)] = 0
+    """Seeds the optimizer's data order, sampling and task draw; same seed, same run (sync)."""
+    metrics_file: str = "metrics.jsonl"
+    """Per-step metrics, relative to ``checkpoint.dir``."""
+
+
+class OptimSection(_Section):
+    lr: Annotated[float, Field(gt=0)] = 1e-4
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    betas: tuple[float, float] = (0.9, 0.99)
+    warmup_steps: Annotated[int, Field(ge=0)] = 0
+    """Linear warmup, then constant."""
+    max_grad_norm: Annotated[float, Field(gt=0)] = 1.0
+    epochs_per_batch: Annotated[int, Field(ge=1)] = 1
+    """Optimizer passes over each batch (>1 makes the clipped ratio matter)."""
+    micro_batch: Annotated[int, Field(ge=1)] = 16
+    """Sequences per forward/backward (gradient accumulation over the batch)."""
+
+
+class GrpoSection(_Section):
+    group_size: Annotated[int, Field(ge=2)] = 8
+    """Episodes per task; advantages are relative within a group."""
+    groups_per_step: Annotated[int, Field(ge=1)] = 8
+    clip_eps: Annotated[float, Field(gt=0)] = 0.2
+    """PPO clip range for the importance ratio vs the behaviour logprobs."""
+    clip_eps_high: float | None = None
+    """Upper clip (DAPO's clip-higher); None: same as ``clip_eps``."""
+    kl_coef: Annotated[float, Field(ge=0)] = 0.0
+    """Weight of the k3 KL estimate to the frozen reference (the starting weights); 0: off."""
+    adv_eps: Annotated[float, Field(gt=0)] = 1e-4
+    """Added to the group's std before dividing."""
+    loss_agg: Literal["token", "sequence"] = "token"
+    """``token``: mean over every trained token of the batch; ``sequence``: mean per
+    sequence, then over sequences (the original GRPO)."""
+
+
+class SamplingSection(_Section):
+    max_new_tokens: Annotated[int, Field(ge=1)] = 64
+    temperature: Annotated[float, Field(gt=0)] = 1.0
+    """Sampling temperature; training logprobs use the same temperature."""
+    stop: tuple[str, ...] = ("\n\n",)
+    """Text that ends a completion (the tokens up to it are kept and trained on)."""
+    max_batch: Annotated[int, Field(ge=1)] = 64
+    """Requests the local policy batches into one forward (1: strictly per episode)."""
+
+
+class TasksSection(_Section):
+    family: str = "infer"
+    """Synthetic family (``codegym.tasks.synthetic.FAMILIES``)."""
+    difficulty: Annotated[int, Field(ge=1)] = 1
+    train_seed: Annotated[int, Field(ge=0)] = 1
+    """Seed of the training task pool (must differ from the held-out seed)."""
+    train_tasks: Annotated[int, Field(ge=1)] = 256
+    """Size of the training pool; each step draws ``groups_per_step`` tasks from it."""
+    heldout_seed: Annotated[int, Field(ge=0)] = 0
+    heldout_tasks: Annotated[int, Field(ge=0)] = 100
+    """Held-out tasks the final evaluation uses (0: none)."""
+
+    @model_validator(mode="after")
+    def _split(self) -> TasksSection:
+        if self.train_seed == self.heldout_seed:
+            raise ValueError(
+                f"train_seed == heldout_seed == {self.train_seed}: training on the held-out "
+                "tasks makes the evaluation meaningless; pick different seeds"
+            )
+        return self
+
+
+class SandboxSection(_Section):
+    tier: Literal["jail", "gvisor", "process"] = "jail"
+    workers: Annotated[int, Field(ge=1)] = 2
+    cpu_s: Annotated[float, Field(gt=0)] = 2.0
+    memory_mb: Annotated[int, Field(ge=16)] = 512
+    env_concurrency: Annotated[int, Field(ge=1)] = 8
+    """Env steps (sandbox runs) in flight."""
+
+    def limits(self) -> Limits:
+        return Limits(cpu_s=self.cpu_s, memory_mb=self.memory_mb)
+
+
+class CheckpointSection(_Section):
+    dir: str = "runs/train"
+    """Checkpoints, metrics and the final model go here."""
+    every: Annotated[int, Field(ge=1)] = 5
+    """Save every this many steps (and always at the end)."""
+    keep: Annotated[int, Field(ge=1)] = 2
+    """Newest checkpoints kept; older ones are deleted."""
+
+
+class TrainConfig(_Section):
+    """Everything a training run needs (see the module docstring for the sections)."""
+
+    model: ModelSection = ModelSection()
+    env: EnvSection = EnvSection()
+    run: RunSection = RunSection()
+    optim: OptimSection = OptimSection()
+    grpo: GrpoSection = GrpoSection()
+    sampling: SamplingSection = SamplingSection()
+    tasks: TasksSection = TasksSection()
+    sandbox: SandboxSection = SandboxSection()
+    checkpoint: CheckpointSection = CheckpointSection()
+
+    def digest(self) -> str:
+        """sha256 over the knobs that change the trained weights (not steps, paths, dirs)."""
+        body = self.model_dump(mode="json")
+        body["run"].pop("steps")
+        body["run"].pop("metrics_file")
+        body.pop("checkpoint")
+        body["model"].pop("threads")
+        raw = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def parse_config(data: object, source: str = "<config>") -> TrainConfig:
+    """Validate a parsed mapping.
+
+    Raises:
+        ConfigError: a field is unknown or invalid (the message names it and the file).
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a table/mapping of sections")
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as e:
+        lines = [
+            f"  {'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+            for err in e.errors()
+        ]
+        raise ConfigError(f"{source}: invalid training config\n" + "\n".join(lines)) from None
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """Read a ``.toml``, ``.yaml`` or ``.yml`` file.
+
+    Raises:
+        ConfigError: missing file, unknown extension, syntax error or invalid field.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: no such config file (see configs/grpo_tiny.toml for an example)")
+    text = p.read_text()
+    try:
+        if p.suffix == ".toml":
+            data: object = tomllib.loads(text)
+        elif p.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text)
+        else:
+            raise ConfigError(f"{p}: use a .toml, .yaml or .yml file")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"{p}: cannot parse: {e}") from None
+    return parse_config(data, str(p))

@@ -1,0 +1,351 @@
+"""The GRPO training loop: rollout groups in, optimizer steps out, checkpoints between.
+
+    trainer = Trainer(config, model_dir)             # policy: a LocalPolicy on model_dir
+    metrics = asyncio.run(trainer.run())             # one dict per step (also metrics.jsonl)
+
+Each step draws ``groups_per_step`` tasks from the training pool (seeded by run seed and
+step), runs them through the rollout engine (``CodeEnv`` in token mode, sandbox-scored),
+turns each group's rewards into advantages, trains on the trajectories' own token ids,
+loss masks and behaviour logprobs, and pushes the new weights to the policy hook.
+
+Modes:
+- ``sync``: step t's groups are generated entirely by weights t (on-policy; staleness 0).
+  With the same config and seed two runs give the same weights (CPU, same thread count).
+- ``async``: the rollouts of step t+1 start before step t trains, so generation overlaps
+  training; a group whose oldest token is more than ``max_staleness`` versions behind the
+  policy when it is consumed is dropped and counted (``groups_stale``). Not bit-for-bit
+  reproducible: which version samples a token depends on timing.
+
+Groups: infra-excluded episodes never reach the trainer (the engine excludes them); a
+group with fewer than 2 scored episodes or with equal rewards carries no signal and is
+skipped (``groups_no_signal``). Checkpoints follow ``checkpoint.every``; a killed run
+restarted with the same config resumes from the newest complete checkpoint exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from codegym.envs.env import Resources
+from codegym.envs.trajectory import Trajectory
+from codegym.policies.policy import SamplingParams
+from codegym.rollout import EnvSpec, Group, LocalExecutor, RolloutConfig, RolloutEngine
+from codegym.sandbox import Sandbox
+from codegym.tasks import Task
+from codegym.tasks.synthetic import generate
+from codegym.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from codegym.train.config import TrainConfig
+from codegym.train.grpo import group_advantages, grpo_loss, token_logprobs
+from codegym.train.policy import LocalPolicy, PromptTokenizer, TrainablePolicy
+
+__all__ = ["Sample", "Trainer", "build_batch"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One trajectory ready for the loss."""
+
+    token_ids: tuple[int, ...]
+    loss_mask: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    """Behaviour logprobs, aligned with ``token_ids`` (0 where the mask is 0)."""
+    advantage: float
+
+
+def build_batch(
+    groups: list[Group], current_version: int, max_staleness: int | None, adv_eps: float
+) -> tuple[list[Sample], dict[str, float]]:
+    """Advantages per group; stale and signal-free groups are left out and counted."""
+    samples: list[Sample] = []
+    stale = no_signal = 0
+    lags: list[int] = []
+    for g in groups:
+        trajs: list[Trajectory] = [t for t in g.trajectories if t.reward is not None]
+        versions = [v for t in trajs for v in t.policy_versions]
+        lag = current_version - min(versions) if versions else 0
+        if max_staleness is not None and lag > max_staleness:
+            stale += 1
+            continue
+        if len(trajs) < 2:
+            no_signal += 1
+            continue
+        adv = group_advantages([float(t.reward) for t in trajs if t.reward is not None], adv_eps)
+        if not any(adv):
+            no_signal += 1
+            continue
+        lags.append(lag)
+        for t, a in zip(trajs, adv, strict=True):
+            if not t.token_exact or not any(t.loss_mask):
+                continue
+            samples.append(Sample(t.token_ids, t.loss_mask, t.logprobs, a))
+    info = {
+        "groups": float(len(groups)),
+        "groups_used": float(len(lags)),
+        "groups_stale": float(stale),
+        "groups_no_signal": float(no_signal),
+        "staleness_mean": sum(lags) / len(lags) if lags else 0.0,
+        "staleness_max": float(max(lags, default=0)),
+    }
+    return samples, info
+
+
+def _collate(batch: list[Sample], pad_id: int) -> tuple[torch.Tensor, ...]:
+    width = max(len(s.token_ids) for s in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(batch), width), dtype=torch.long)
+    mask = torch.zeros((len(batch), width))
+    old = torch.zeros((len(batch), width))
+    for i, s in enumerate(batch):
+        n = len(s.token_ids)
+        ids[i, :n] = torch.tensor(s.token_ids)
+        attn[i, :n] = 1
+        mask[i, :n] = torch.tensor(s.loss_mask, dtype=torch.float32)
+        old[i, :n] = torch.tensor(s.logprobs)
+    adv = torch.tensor([s.advantage for s in batch])
+    return ids, attn, mask, old, adv
+
+
+class Trainer:
+    """GRPO on a Hugging Face causal LM (see the module docstring for the contract)."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        model_dir: str | Path,
+        policy: TrainablePolicy | None = None,
+        *,
+        on_step: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.model_dir = Path(model_dir)
+        self.run_dir = Path(config.checkpoint.dir)
+        self.on_step = on_step
+        torch.set_num_threads(config.model.threads)
+        torch.manual_seed(config.run.seed)
+        self.model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(self.model_dir)
+        self.ref: PreTrainedModel | None = None
+        if config.grpo.kl_coef > 0:
+            self.ref = AutoModelForCausalLM.from_pretrained(self.model_dir)
+            self.ref.eval()  # type: ignore[no-untyped-call]
+            self.ref.requires_grad_(False)
+        o = config.optim
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay
+        )
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda s: min(1.0, (s + 1) / o.warmup_steps) if o.warmup_steps else 1.0
+        )
+        self.policy: TrainablePolicy = policy or LocalPolicy(
+            self.model_dir, max_batch=config.sampling.max_batch, seed=config.run.seed
+        )
+        tok = self.policy.tokenizer
+        self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+        self.step = 0
+        self.digest = config.digest()
+        t = config.tasks
+        self.pool: list[Task] = generate(t.family, t.train_tasks, t.train_seed, t.difficulty)
+        self._resume()
+
+    # -- checkpoints -------------------------------------------------------------------
+    def _resume(self) -> None:
+        ckpt = latest_checkpoint(self.run_dir)
+        if ckpt is None:
+            return
+        state = load_checkpoint(ckpt, self.model, self.digest)
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        self.step = int(state["step"])
+        self.policy.load_weights(self.model.state_dict())
+        # Steps logged after the checkpoint by the killed run are redone: drop their lines.
+        mf = self.run_dir / self.config.run.metrics_file
+        if mf.is_file():
+            keep = [ln for ln in mf.read_text().splitlines() if json.loads(ln)["step"] <= self.step]
+            mf.write_text("".join(ln + "\n" for ln in keep))
+
+    def save(self) -> Path:
+        state = {
+            "step": self.step,
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "config_digest": self.digest,
+        }
+        return save_checkpoint(
+            self.run_dir, self.step, self.model, state, self.config.checkpoint.keep
+        )
+
+    # -- rollouts ----------------------------------------------------------------------
+    def tasks_for(self, step: int) -> list[Task]:
+        """The step's tasks: a seeded draw without replacement from the training pool."""
+        rng = random.Random(f"codegym-train/{self.config.run.seed}/{step}")
+        k = min(self.config.grpo.groups_per_step, len(self.pool))
+        return rng.sample(self.pool, k)
+
+    def _executor(self, sandbox: Sandbox) -> LocalExecutor:
+        c = self.config
+        params = SamplingParams(
+            temperature=c.sampling.temperature,
+            max_tokens=c.sampling.max_new_tokens,
+            stop=c.sampling.stop,
+        )
+        return LocalExecutor(
+            EnvSpec(c.env.name, dict(c.env.options)),
+            self.policy,
+            params,
+            Resources(sandbox, limits=c.sandbox.limits()),
+            prompt="completions",
+            tokenizer=PromptTokenizer(self.policy.tokenizer),
+            env_concurrency=c.sandbox.env_concurrency,
+            version=self.policy.current_version,
+        )
+
+    async def rollout(
+        self, executor: LocalExecutor, step: int
+    ) -> tuple[list[Group], dict[str, float]]:
+        tasks = self.tasks_for(step)
+        c = self.config
+        cfg = RolloutConfig(
+            group_size=c.grpo.group_size,
+            env_concurrency=c.sandbox.env_concurrency,
+            seed=c.run.seed * 1_000_003 + step,
+        )
+        engine = RolloutEngine(executor, cfg, env=c.env.name)
+        gen0, tok0 = self._counters()
+        t0 = time.perf_counter()
+        groups = [g async for g in engine.run(tasks)]
+        order = {t.id: i for i, t in enumerate(tasks)}
+        groups.sort(key=lambda g: order[g.task.id])  # completion order is timing; this is not
+        trajs = [t for g in groups for t in g.trajectories]
+        s = engine.stats.summary()
+        return groups, {
+            "rollout_s": time.perf_counter() - t0,
+            "generate_s": self._counters()[0] - gen0,
+            "tokens_generated": self._counters()[1] - tok0,
+            "sandbox_s": sum(t.timings.get("sandbox", 0.0) for t in trajs),
+            "episodes": float(len(trajs)),
+            "excluded": float(s["excluded_total"]),
+            "reward_mean": sum(t.reward or 0.0 for t in trajs) / len(trajs) if trajs else 0.0,
+            "pass_rate": sum(t.outcome == "pass" for t in trajs) / len(trajs) if trajs else 0.0,
+        }
+
+    def _counters(self) -> tuple[float, float]:
+        p = self.policy
+        return float(getattr(p, "generate_s", 0.0)), float(getattr(p, "tokens_generated", 0))
+
+    # -- optimisation ------------------------------------------------------------------
+    def train_step(self, batch: list[Sample]) -> dict[str, float]:
+        """Optimizer step(s) on ``batch`` (``epochs_per_batch`` passes); returns loss stats."""
+        c = self.config
+        out = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "tokens": 0.0}
+        if not batch:
+            return out
+        self.model.train()
+        total_tok = sum(sum(s.loss_mask) for s in batch)
+        mb = c.optim.micro_batch
+        for _ in range(c.optim.epochs_per_batch):
+            self.opt.zero_grad(set_to_none=True)
+            agg = {k: 0.0 for k in out}
+            for i in range(0, len(batch), mb):
+                micro = batch[i : i + mb]
+                ids, attn, mask, old, adv = _collate(micro, self.pad_id)
+                logp = token_logprobs(self.model, ids, attn, c.sampling.temperature)
+                ref = None
+                if self.ref is not None:
+                    with torch.no_grad():
+                        ref = token_logprobs(self.ref, ids, attn, c.sampling.temperature)
+                loss, st = grpo_loss(
+                    logp, old, adv, mask, ref_logp=ref, clip_eps=c.grpo.clip_eps,
+                    clip_eps_high=c.grpo.clip_eps_high, kl_coef=c.grpo.kl_coef,
+                    agg=c.grpo.loss_agg,
+                )  # fmt: skip
+                # Micro-batches are weighted so the sum equals the loss over the whole batch.
+                if c.grpo.loss_agg == "token":
+                    w = st.tokens / max(1, total_tok)
+                else:
+                    w = sum(1 for s in micro if any(s.loss_mask)) / len(batch)
+                (loss * w).backward()  # type: ignore[no-untyped-call]
+                agg["loss"] += loss.item() * w
+                tw = st.tokens / max(1, total_tok)
+                agg["kl"] += st.kl * tw
+                agg["clip_frac"] += st.clip_frac * tw
+                agg["ratio_mean"] += st.ratio_mean * tw
+                agg["tokens"] += st.tokens
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.optim.max_grad_norm)
+            self.opt.step()
+            self.sched.step()
+            out = agg
+        self.model.eval()  # type: ignore[no-untyped-call]
+        return out
+
+    # -- the loop ----------------------------------------------------------------------
+    async def run(self) -> list[dict[str, Any]]:
+        """Train from ``self.step`` to ``config.run.steps``; returns the per-step metrics."""
+        c = self.config
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        metrics: list[dict[str, Any]] = []
+        if self.step >= c.run.steps:
+            return metrics
+        async with Sandbox(tier=c.sandbox.tier, workers=c.sandbox.workers) as sb:
+            ex = self._executor(sb)
+            pending = asyncio.create_task(self.rollout(ex, self.step))
+            try:
+                while self.step < c.run.steps:
+                    t_step = time.perf_counter()
+                    groups, roll = await pending
+                    t_wait = time.perf_counter() - t_step
+                    nxt = self.step + 1
+                    if c.run.mode == "async" and nxt < c.run.steps:
+                        pending = asyncio.create_task(self.rollout(ex, nxt))
+                    batch, ginfo = build_batch(
+                        groups, self.policy.current_version(), c.run.max_staleness, c.grpo.adv_eps
+                    )
+                    t0 = time.perf_counter()
+                    stats = await asyncio.to_thread(self.train_step, batch)
+                    train_s = time.perf_counter() - t0
+                    await asyncio.to_thread(self.policy.load_weights, self.model.state_dict())
+                    self.step = nxt
+                    if c.run.mode == "sync" and nxt < c.run.steps:
+                        pending = asyncio.create_task(self.rollout(ex, nxt))
+                    if self.step % c.checkpoint.every == 0 or self.step == c.run.steps:
+                        await asyncio.to_thread(self.save)
+                    step_s = time.perf_counter() - t_step
+                    row: dict[str, Any] = {
+                        "step": self.step,
+                        "version": self.policy.current_version(),
+                        **roll,
+                        **ginfo,
+                        **stats,
+                        "train_s": train_s,
+                        "wait_rollout_s": t_wait,
+                        "step_s": step_s,
+                        "tokens_per_s": roll["tokens_generated"] / step_s if step_s else 0.0,
+                        "lr": self.sched.get_last_lr()[0],
+                    }
+                    metrics.append(row)
+                    with open(self.run_dir / c.run.metrics_file, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    if self.on_step is not None:
+                        self.on_step(row)
+            finally:
+                if not pending.done():
+                    pending.cancel()
+                    await asyncio.gather(pending, return_exceptions=True)
+        return metrics
+
+    def save_final(self, out: Path | None = None) -> Path:
+        """The trained model in Hugging Face format (for eval, serving, the gate)."""
+        target = out or self.run_dir / "final"
+        self.model.save_pretrained(target, safe_serialization=True)
+        self.policy.tokenizer.save_pretrained(target)
+        return target

@@ -1,0 +1,76 @@
+"""``HttpWeightsHook``: push trained weights to a model server (``codegym serve-model``).
+
+The trainer's ``PolicyHook`` for a policy that lives in another process: ``load_weights``
+writes the state dict as one ``.safetensors`` file under ``stage_dir`` (a folder the server
+can read: same machine or a shared volume), then ``POST {base_url}/weights {"path": ...}``;
+the server swaps the weights between batches and answers with its new ``policy_version``,
+which this hook returns. Only the two newest staged files are kept.
+
+Raises ``WeightsPushError`` (with the server's message) when the server refuses or cannot
+be reached, so a training run stops loudly instead of training against stale weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+import torch
+from safetensors.torch import save_file
+
+__all__ = ["HttpWeightsHook", "WeightsPushError"]
+
+
+class WeightsPushError(RuntimeError):
+    """The model server did not take the new weights; the message says why."""
+
+
+class HttpWeightsHook:
+    """``PolicyHook`` over HTTP (see the module docstring)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        stage_dir: str | Path,
+        *,
+        token: str | None = None,
+        timeout_s: float = 120.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.stage_dir = Path(stage_dir)
+        self.stage_dir.mkdir(parents=True, exist_ok=True)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.Client(headers=headers, timeout=timeout_s)
+        self._version = 0
+        self._pushes = 0
+
+    def current_version(self) -> int:
+        """The version the server reported for the last push (0 before any)."""
+        return self._version
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> int:
+        """Stage ``weights`` and make the server load them; return its new version.
+
+        Raises:
+            WeightsPushError: the server refused the weights or could not be reached.
+        """
+        self._pushes += 1
+        path = self.stage_dir / f"weights-{self._pushes:06d}.safetensors"
+        # Tied tensors share storage, which safetensors refuses: save independent copies.
+        save_file({k: v.detach().cpu().clone().contiguous() for k, v in weights.items()}, path)
+        try:
+            r = self._client.post(f"{self.base_url}/weights", json={"path": str(path.resolve())})
+        except httpx.HTTPError as e:
+            path.unlink(missing_ok=True)
+            raise WeightsPushError(f"{self.base_url}/weights: {type(e).__name__}: {e}") from e
+        if r.status_code != 200:
+            path.unlink(missing_ok=True)
+            raise WeightsPushError(f"{self.base_url}/weights: HTTP {r.status_code}: {r.text[:500]}")
+        self._version = int(r.json()["policy_version"])
+        old = self.stage_dir / f"weights-{self._pushes - 2:06d}.safetensors"
+        old.unlink(missing_ok=True)
+        return self._version
+
+    def close(self) -> None:
+        self._client.close()
