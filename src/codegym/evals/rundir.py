@@ -28,6 +28,7 @@ def build_summary(
     max_infra_fraction: float = 0.05,
 ) -> dict[str, Any]:
     summary = summarize([r.task_id for r in results], results, ks)
+    _clustered_intervals(summary, results)
     n = len(results)
     infra = sum(v for k, v in summary["excluded_by_reason"].items() if k != "flaky")
     summary["infra_fraction"] = round(infra / n, 4) if n else 0.0
@@ -53,6 +54,25 @@ def build_summary(
     }
     summary["config"] = config
     return summary
+
+
+def _clustered_intervals(summary: dict[str, Any], results: Sequence[SampleResult]) -> None:
+    """Replace the plain CLT intervals with ``evals.stats.estimate``'s (clustered by each
+    task's cluster label, Wilson/exact for a single task), so ``summary.json``, ``compare``
+    and the report quote one interval for one number."""
+    from codegym.evals.runs import Run, RunError
+    from codegym.evals.stats import estimate
+
+    try:
+        run = Run.from_rows((r.row() for r in results), name="summary")
+    except RunError:
+        return  # nothing scored: summarize already reports no pass@k
+    for k, entry in summary["pass_at_k"].items():
+        try:
+            est = estimate(run, int(k))
+        except RunError:
+            continue
+        entry.update(estimate=est.mean, ci_low=est.ci_low, ci_high=est.ci_high, method=est.method)
 
 
 def write_run(out: Path, results: Sequence[SampleResult], summary: dict[str, Any]) -> None:
