@@ -1,27 +1,42 @@
-"""Rollout engine benchmark: episodes/s against the ideal, engine CPU per episode, faults.
+"""Rollout engine benchmark: episodes/s against the ideal, CPU per episode, faults, memory.
 
-    .venv/bin/python benchmarks/rollout_bench.py [--episodes 4096] [--concurrency 512]
+    .venv/bin/python benchmarks/rollout_bench.py                       # throughput table
+    .venv/bin/python benchmarks/rollout_bench.py --latency 0.05 1.0    # several latencies
+    .venv/bin/python benchmarks/rollout_bench.py --only memory --memory-episodes 50000
+    .venv/bin/python benchmarks/rollout_bench.py --only sandbox --sandbox-episodes 2000
 
-Three runs, side by side, single-turn episodes with a trivial reward (no sandbox, so the
-ideal is concurrency ÷ latency):
+Throughput runs (single-turn episodes of a cheap reverse-text-like env, no sandbox, so the
+ideal is concurrency ÷ latency), side by side per latency:
 
-1. ``engine``: an in-process policy that only sleeps ``latency`` — isolates the engine's own
-   CPU per episode (process CPU ÷ episodes; includes the event loop's timer cost).
-2. ``http``: ``OpenAIPolicy`` against a fake OpenAI server in its own process (loopback).
+1. ``engine``: an in-process policy that only sleeps ``latency``: the engine's own CPU per
+   episode (process CPU ÷ episodes, event-loop timers included).
+2. ``http``: ``OpenAIPolicy`` against the fake OpenAI server in its own process (loopback,
+   fixed latency, no concurrency cap); client and server CPU per episode are both shown.
 3. ``http+10%faults``: the same with 10% of requests failing (500s, dropped connections,
    hangs cut by the policy timeout); every episode must be accounted for.
+
+``cpu_cap/s`` is what the CPUs allow: cores ÷ (client + server CPU per episode). When it is
+below the ideal, the machine, not the engine, is the limit (at 50 ms latency and 512 in
+flight the ideal of 10,240 episodes/s needs more than 2 cores for any Python HTTP stack).
+
+``memory``: RSS sampled every tenth of a long run (in-process policy, or ``--memory-http``);
+``sandbox``: ``CodeEnv`` with a real 2-worker sandbox, throughput and RSS.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
+import os
 import random
+import statistics
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from codegym.envs import Env, Message, Resources, StepResult, Turn, register
@@ -32,36 +47,67 @@ from codegym.tasks import IOCase, Task
 
 @register("bench_echo")
 class EchoEnv(Env):
+    """Reverse-text-like: one turn, a partial-credit string reward, no sandbox."""
+
     async def reset(self, task: Task, seed: int) -> list[Message]:
+        self.target = task.prompt[::-1]
         return [{"role": "user", "content": task.prompt}]
 
     async def step(self, turn: Turn) -> StepResult:
-        return StepResult(done=True, reward=float(bool(turn.text)), outcome="pass")
+        reward = difflib.SequenceMatcher(None, turn.text, self.target).ratio()
+        return StepResult(done=True, reward=reward, outcome="pass" if reward == 1 else "fail")
 
 
 class SleepPolicy:
+    """A model that answers after ``latency`` seconds, with ``text``."""
+
     name = "sleep"
 
-    def __init__(self, latency: float) -> None:
+    def __init__(self, latency: float, text: str = "ok") -> None:
         self.latency = latency
+        self.text = text
 
     async def generate(self, prompt: Any, params: SamplingParams) -> list[Generation]:
         await asyncio.sleep(self.latency)
-        return [Generation("ok", "stop", tokens_out=1)]
+        return [Generation(self.text, "stop", tokens_out=1)]
 
 
-async def _run(policy: Any, episodes: int, concurrency: int, group: int) -> dict[str, Any]:
-    tasks = [
-        Task(id=f"b{i}", prompt=f"p{i}", io_cases=(IOCase("", ""),))
-        for i in range(episodes // group)
-    ]
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tasks(n_groups: int, group: int) -> list[Task]:
+    return [Task(id=f"b{i}", prompt=f"p{i}", io_cases=(IOCase("", ""),)) for i in range(n_groups)]
+
+
+async def _run(
+    policy: Any,
+    episodes: int,
+    concurrency: int,
+    group: int,
+    *,
+    env: str = "bench_echo",
+    resources: Resources | None = None,
+    tasks: list[Task] | None = None,
+    on_group: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     ex = LocalExecutor(
-        EnvSpec("bench_echo"),
+        EnvSpec(env),
         policy,
         SamplingParams(max_tokens=8),
-        Resources(),
+        resources or Resources(),
         model_concurrency=concurrency,
-        env_concurrency=concurrency,
+        env_concurrency=concurrency if resources is None else 8,
     )
     cfg = RolloutConfig(
         group_size=group,
@@ -71,13 +117,18 @@ async def _run(policy: Any, episodes: int, concurrency: int, group: int) -> dict
         buffer_groups=64,
         breaker_threshold=10_000,
     )
-    engine = RolloutEngine(ex, cfg, env="bench_echo")
+    engine = RolloutEngine(ex, cfg, env=env)
+    done = 0
+    marks: list[tuple[float, int]] = []
     cpu0, t0 = time.process_time(), time.perf_counter()
-    async for _ in engine.run(tasks):
-        pass
+    async for g in engine.run(tasks or _tasks(episodes // group, group)):
+        done += len(g.trajectories) + len(g.excluded)
+        marks.append((time.perf_counter(), len(g.trajectories)))
+        if on_group is not None:
+            on_group(done)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     s = engine.stats.summary()
-    assert s["requested"] == s["scored"] + s["excluded_total"], s
+    assert s["requested"] == s["scored"] + s["excluded_total"], s  # every episode accounted
     return {
         "episodes": s["requested"],
         "scored": s["scored"],
@@ -85,8 +136,23 @@ async def _run(policy: Any, episodes: int, concurrency: int, group: int) -> dict
         "faults": s["faults"],
         "wall_s": round(wall, 2),
         "episodes_per_s": round(s["scored"] / wall, 1),
-        "cpu_ms_per_episode": round(1000 * cpu / s["requested"], 3),
+        "steady_per_s": _steady(marks),
+        "client_cpu_ms": round(1000 * cpu / s["requested"], 3),
     }
+
+
+def _steady(marks: list[tuple[float, int]]) -> float | None:
+    """Scored episodes/s between the marks where 10% and 90% were scored: the rate without
+    the ramp-up and the drain (a finite run ends on its slowest retried episode)."""
+    total = sum(n for _, n in marks)
+    seen, lo = 0, None
+    for t, n in marks:
+        seen += n
+        if lo is None and seen >= 0.1 * total:
+            lo = (t, seen)
+        elif lo is not None and seen >= 0.9 * total:
+            return round((seen - lo[1]) / (t - lo[0]), 1) if t > lo[0] else None
+    return None
 
 
 def serve(latency: float, fault_rate: float, seed: int) -> None:
@@ -97,45 +163,204 @@ def serve(latency: float, fault_rate: float, seed: int) -> None:
     with srv:
         rng = random.Random(seed)
         for kind in ("server_error", "drop", "hang"):
-            at = [i for i in range(1, 200_000) if rng.random() < fault_rate / 3]
+            at = [i for i in range(1, 400_000) if rng.random() < fault_rate / 3]
             srv.fail(kind, at=at, hang_s=30.0)  # type: ignore[arg-type]
         print(srv.base_url, flush=True)
         threading.Event().wait()
 
 
-async def _http(url: str, episodes: int, concurrency: int, group: int) -> dict[str, Any]:
-    policy = OpenAIPolicy(
+def _policy(url: str, latency: float, concurrency: int) -> OpenAIPolicy:
+    # Twice the latency: a hang is cut soon, a slow-but-healthy answer on a loaded box is not.
+    return OpenAIPolicy(
         url,
         "fake-model",
         mode="chat",
         concurrency=concurrency,
-        timeout_s=1.0,
+        timeout_s=max(2 * latency, latency + 0.5),
         retry=Retry(attempts=3, base_s=0.05, max_s=0.5),
     )
-    async with policy:
-        return await _run(policy, episodes, concurrency, group)
+
+
+class _Server:
+    """The fake server in its own process (sharing our GIL would skew both)."""
+
+    def __init__(self, latency: float, fault_rate: float) -> None:
+        cmd = [sys.executable, __file__, "--serve", "--latency", str(latency)]
+        cmd += ["--fault-rate", str(fault_rate)]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+
+    def cpu_s(self) -> float:
+        return _cpu_s(self.proc.pid)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
 
 
 def http_run(
     latency: float, fault_rate: float, episodes: int, concurrency: int, group: int
 ) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        __file__,
-        "--serve",
-        "--latency",
-        str(latency),
-        "--fault-rate",
-        str(fault_rate),
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    srv = _Server(latency, fault_rate)
     try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        return asyncio.run(_http(url, episodes, concurrency, group))
+
+        async def go() -> dict[str, Any]:
+            async with _policy(srv.url, latency, concurrency) as policy:
+                s0 = srv.cpu_s()
+                row = await _run(policy, episodes, concurrency, group)
+                row["server_cpu_ms"] = round(1000 * (srv.cpu_s() - s0) / episodes, 3)
+                return row
+
+        return asyncio.run(go())
     finally:
-        proc.terminate()
-        proc.wait(10)
+        srv.close()
+
+
+def throughput(a: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    cores = os.cpu_count() or 1
+    for latency in a.latency:
+        ideal = a.concurrency / latency
+        runs: dict[str, list[dict[str, Any]]] = {"engine": [], "http": [], "http+10%faults": []}
+        for _ in range(a.repeat):
+            engine = asyncio.run(_run(SleepPolicy(latency), a.episodes, a.concurrency, a.group))
+            runs["engine"].append(engine)
+            runs["http"].append(http_run(latency, 0.0, a.episodes, a.concurrency, a.group))
+            runs["http+10%faults"].append(
+                http_run(latency, 0.10, a.episodes, a.concurrency, a.group)
+            )
+        for name, reps in runs.items():
+            row = dict(min(reps, key=lambda r: abs(r["episodes_per_s"] - _med(reps))))
+            row["run"], row["latency_s"], row["ideal_per_s"] = name, latency, ideal
+            row["episodes_per_s"] = _med(reps)  # median of the repeats
+            row["steady_per_s"] = _med(reps, "steady_per_s")
+            row["all_episodes_per_s"] = [r["episodes_per_s"] for r in reps]
+            row["of_ideal"] = round(row["episodes_per_s"] / ideal, 3)
+            row["steady_of_ideal"] = round(row["steady_per_s"] / ideal, 3)
+            cpu = row["client_cpu_ms"] + row.get("server_cpu_ms", 0.0)
+            row["cpu_cap_per_s"] = round(cores * 1000 / cpu) if cpu else None
+            rows.append(row)
+        free, faulty = rows[-2], rows[-1]
+        faulty["of_fault_free"] = round(faulty["episodes_per_s"] / free["episodes_per_s"], 3)
+        faulty["steady_of_fault_free"] = round(faulty["steady_per_s"] / free["steady_per_s"], 3)
+    return rows
+
+
+def _med(reps: list[dict[str, Any]], key: str = "episodes_per_s") -> float:
+    return round(statistics.median(r[key] or 0.0 for r in reps), 1)
+
+
+def memory(a: argparse.Namespace) -> dict[str, Any]:
+    """RSS every tenth of ``memory_episodes``: growth after warm-up means a leak."""
+    samples: list[tuple[int, float]] = []
+    step = max(a.group, a.memory_episodes // 10)
+
+    def sample(done: int) -> None:
+        if done >= (len(samples) + 1) * step:
+            samples.append((done, round(_rss_mb(), 1)))
+
+    async def go(policy: Any) -> dict[str, Any]:
+        return await _run(policy, a.memory_episodes, a.concurrency, a.group, on_group=sample)
+
+    if a.memory_http:
+        srv = _Server(0.01, 0.0)
+        try:
+
+            async def http() -> dict[str, Any]:
+                async with _policy(srv.url, 0.01, a.concurrency) as p:
+                    return await go(p)
+
+            row = asyncio.run(http())
+        finally:
+            srv.close()
+    else:
+        row = asyncio.run(go(SleepPolicy(0.005)))
+    return _memory_row("memory(http)" if a.memory_http else "memory(engine)", row, samples)
+
+
+def _memory_row(name: str, row: dict[str, Any], samples: list[tuple[int, float]]) -> dict[str, Any]:
+    row["run"] = name
+    row["rss_mb"] = samples
+    if len(samples) >= 3:  # growth from the second sample (after warm-up) to the last
+        row["rss_growth_mb"] = round(samples[-1][1] - samples[1][1], 1)
+    return row
+
+
+def sandbox(a: argparse.Namespace) -> dict[str, Any]:
+    """``CodeEnv`` + a real 2-worker sandbox: each episode runs the model's program once."""
+    from codegym.sandbox import Sandbox
+
+    code = "```python\nprint(input()[::-1])\n```"
+    tasks = [
+        Task(id=f"s{i}", prompt=f"reverse {i}", io_cases=(IOCase(f"ab{i}\n", f"{i}ba\n"),))
+        for i in range(a.sandbox_episodes // a.group)
+    ]
+    samples: list[tuple[int, float]] = []
+    step = max(a.group, a.sandbox_episodes // 10)
+
+    def sample(done: int) -> None:
+        if done >= (len(samples) + 1) * step:
+            samples.append((done, round(_rss_mb(), 1)))
+
+    async def go() -> dict[str, Any]:
+        async with Sandbox(workers=2) as sb:
+            return await _run(
+                SleepPolicy(0.05, code),
+                a.sandbox_episodes,
+                64,
+                a.group,
+                env="code",
+                resources=Resources(sb),
+                tasks=tasks,
+                on_group=sample,
+            )
+
+    return _memory_row("sandbox(code)", asyncio.run(go()), samples)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "run",
+        "lat s",
+        "ideal/s",
+        "got/s",
+        "of ideal",
+        "steady/s",
+        "of ideal",
+        "vs no-fault",
+        "cpu cap/s",
+        "client ms",
+        "server ms",
+    )
+    lines = ["  ".join(f"{h:>11}" for h in head)]
+    for r in rows:
+        if "latency_s" not in r:
+            continue
+        vals = (
+            r["run"],
+            r["latency_s"],
+            round(r["ideal_per_s"]),
+            r["episodes_per_s"],
+            r["of_ideal"],
+            r["steady_per_s"],
+            r["steady_of_ideal"],
+            f"{r['of_fault_free']}/{r['steady_of_fault_free']}" if "of_fault_free" in r else "-",
+            r["cpu_cap_per_s"],
+            r["client_cpu_ms"],
+            r.get("server_cpu_ms", "-"),
+        )
+        lines.append("  ".join(f"{v!s:>11}" for v in vals))
+    for r in rows:
+        if "rss_mb" in r:
+            lines.append(
+                f"{r['run']}: {r['episodes']} episodes, {r['episodes_per_s']}/s, "
+                f"{r['client_cpu_ms']} ms CPU/ep, RSS MB {r['rss_mb']}, "
+                f"growth after warm-up {r.get('rss_growth_mb')} MB"
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -143,35 +368,31 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=4096)
     ap.add_argument("--concurrency", type=int, default=512)
     ap.add_argument("--group", type=int, default=8)
-    ap.add_argument("--latency", type=float, default=0.05)
+    ap.add_argument("--latency", type=float, nargs="+", default=[1.0])
+    ap.add_argument("--repeat", type=int, default=1, help="runs per row; the median is shown")
+    ap.add_argument("--only", choices=("throughput", "memory", "sandbox"), action="append")
+    ap.add_argument("--memory-episodes", type=int, default=50_000)
+    ap.add_argument("--memory-http", action="store_true", help="memory run over HTTP")
+    ap.add_argument("--sandbox-episodes", type=int, default=1000)
+    ap.add_argument("--json", action="store_true", help="also print the rows as JSON")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--fault-rate", type=float, default=0.0, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
-        serve(a.latency, a.fault_rate, seed=0)
+        serve(a.latency[0], a.fault_rate, seed=0)
         return
-    ideal = a.concurrency / a.latency
-    rows = {
-        "engine": asyncio.run(_run(SleepPolicy(a.latency), a.episodes, a.concurrency, a.group)),
-        "http": http_run(a.latency, 0.0, a.episodes, a.concurrency, a.group),
-        "http+10%faults": http_run(a.latency, 0.10, a.episodes, a.concurrency, a.group),
-    }
-    for r in rows.values():
-        r["of_ideal"] = round(r["episodes_per_s"] / ideal, 3)
-    rows["http+10%faults"]["of_fault_free"] = round(
-        rows["http+10%faults"]["episodes_per_s"] / rows["http"]["episodes_per_s"], 3
-    )
-    print(
-        json.dumps(
-            {
-                "ideal_episodes_per_s": ideal,
-                "concurrency": a.concurrency,
-                "latency_s": a.latency,
-                "runs": rows,
-            },
-            indent=2,
-        )
-    )
+    parts = a.only or ["throughput"]
+    rows: list[dict[str, Any]] = []
+    if "throughput" in parts:
+        rows += throughput(a)
+    if "memory" in parts:
+        rows.append(memory(a))
+    if "sandbox" in parts:
+        rows.append(sandbox(a))
+    print(f"load average {os.getloadavg()[0]:.1f}; {os.cpu_count()} cores")
+    print(table(rows))
+    if a.json:
+        print(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -173,3 +173,142 @@ async def test_bad_config_rejected() -> None:
         assert e.value.kind == "config"
     with pytest.raises(PolicyError, match="http"):
         OpenAIPolicy("127.0.0.1:8000", "m")
+
+
+# ---- token-exact generation (generate_tokens) -----------------------------------------
+
+
+async def test_generate_tokens_sends_ids_and_returns_sampled_ids(srv: FakeOpenAIServer) -> None:
+    ids = list(map(ord, "def f(x):\n"))
+    # mode="chat" on purpose: token prompts always go to the completions endpoint
+    async with policy(srv, mode="chat") as p:
+        gens = await p.generate_tokens(ids, SamplingParams(n=2, seed=5, max_tokens=64))
+    assert len(gens) == 2
+    for g in gens:
+        assert g.token_ids == tuple(map(ord, g.text)) and g.text
+        assert g.logprobs is not None and len(g.logprobs) == len(g.token_ids)
+        assert all(lp <= 0 for lp in g.logprobs)
+        assert g.prompt_token_ids == tuple(ids)
+    body = srv.bodies[-1]
+    assert body["prompt"] == ids and body["return_token_ids"] is True
+    assert body["logprobs"] == 1 and "messages" not in body
+
+
+async def test_generate_tokens_agrees_with_text_prompt(srv: FakeOpenAIServer) -> None:
+    # Same prompt as ids and as text, same seed: the same sample (the fake is chr/ord).
+    text = "def g(a, b):\n"
+    params = SamplingParams(seed=11)
+    async with policy(srv, token_ids=True, logprobs=True) as p:
+        (by_text,) = await p.generate(text, params)
+        (by_ids,) = await p.generate_tokens(list(map(ord, text)), params)
+    assert by_ids.text == by_text.text and by_ids.token_ids == by_text.token_ids
+    assert by_ids.logprobs == by_text.logprobs
+
+
+async def test_generate_tokens_is_a_token_policy(srv: FakeOpenAIServer) -> None:
+    from codegym.envs.tokens import TokenPolicy
+
+    assert isinstance(policy(srv), TokenPolicy)
+
+
+async def test_generate_tokens_rejects_bad_prompt_ids(srv: FakeOpenAIServer) -> None:
+    for bad in ([], [1, -2], [1, "a"], [True]):
+        with pytest.raises(PolicyError) as e:
+            await policy(srv).generate_tokens(bad, SamplingParams())  # type: ignore[arg-type]
+        assert e.value.kind == "config" and "token ids" in str(e.value)
+    assert srv.requests == 0
+
+
+async def test_generate_tokens_retries_faults(srv: FakeOpenAIServer) -> None:
+    srv.fail("server_error", times=1)
+    srv.fail("drop", times=1)
+    async with policy(srv) as p:
+        (g,) = await p.generate_tokens([100, 101, 102], SamplingParams())
+    assert g.token_ids is not None and srv.requests == 3
+
+
+async def test_generate_tokens_without_ids_from_server_is_bad_response() -> None:
+    # A real OpenAI-shaped server that ignores return_token_ids (not vLLM): no guessing.
+    from aiohttp import web
+
+    seen: list[int] = []
+
+    async def completions(request: web.Request) -> web.Response:
+        seen.append(1)
+        choice = {"index": 0, "text": "ok", "finish_reason": "stop", "logprobs": None}
+        return web.json_response({"choices": [choice], "usage": {"completion_tokens": 1}})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with OpenAIPolicy(f"http://127.0.0.1:{port}/v1", "m", retry=FAST) as p:
+            with pytest.raises(PolicyError) as e:
+                await p.generate_tokens([1, 2, 3], SamplingParams())
+    finally:
+        await runner.cleanup()
+    assert e.value.kind == "bad_response" and "return_token_ids" in str(e.value)
+    assert len(seen) == 1  # not retried: another attempt cannot add the ids
+
+
+async def test_rollout_token_mode_uses_generate_tokens(srv: FakeOpenAIServer) -> None:
+    """Two turns over HTTP: the second prompt is the first extended by ids, never re-encoded."""
+    from codegym.envs import ByteTokenizer, Env, Resources, StepResult, Turn, register
+    from codegym.rollout import EnvSpec, LocalExecutor, RolloutConfig, RolloutEngine
+    from codegym.tasks import IOCase, Task
+
+    @register("test_two_turns_tokens")
+    class TwoTurns(Env):
+        async def reset(self, task: Task, seed: int) -> list[dict[str, object]]:
+            self.turns = 0
+            return [{"role": "user", "content": task.prompt}]
+
+        async def step(self, turn: Turn) -> StepResult:
+            self.turns += 1
+            if self.turns == 1:
+                return StepResult(observation=({"role": "user", "content": "again"},))
+            return StepResult(done=True, reward=1.0, outcome="pass")
+
+    tok = ByteTokenizer()
+    async with policy(srv) as p:
+        ex = LocalExecutor(
+            EnvSpec("test_two_turns_tokens"), p, SamplingParams(), Resources(), tokenizer=tok
+        )
+        assert ex.policy is p  # the native path, not the TextTokenPolicy fallback
+        engine = RolloutEngine(ex, RolloutConfig(group_size=2))
+        task = Task(id="t", prompt="hello", io_cases=(IOCase("", ""),))
+        groups = [g async for g in engine.run([task])]
+    (traj, _) = groups[0].trajectories
+    first, second = traj.turns
+    assert traj.token_exact and first.completion_ids and second.completion_ids
+    expected_second = [
+        *first.prompt_ids,
+        *first.completion_ids,
+        *tok.render_observation([{"role": "user", "content": "again"}]),
+    ]
+    assert list(second.prompt_ids) == expected_second
+    assert list(traj.token_ids) == [*expected_second, *second.completion_ids]
+    assert sum(traj.loss_mask) == len(first.completion_ids) + len(second.completion_ids)
+    assert any(b["prompt"] == expected_second for b in srv.bodies)
+
+
+async def test_text_only_policy_gets_the_fallback_adapter(srv: FakeOpenAIServer) -> None:
+    from codegym.envs import ByteTokenizer, Resources
+    from codegym.envs.tokens import TextTokenPolicy
+    from codegym.policies import Generation
+    from codegym.rollout import EnvSpec, LocalExecutor
+
+    class TextOnly:
+        name = "text-only"
+
+        async def generate(self, prompt: object, params: SamplingParams) -> list[Generation]:
+            return []
+
+    ex = LocalExecutor(
+        EnvSpec("code"), TextOnly(), SamplingParams(), Resources(), tokenizer=ByteTokenizer()
+    )
+    assert isinstance(ex.policy, TextTokenPolicy)

@@ -2,16 +2,32 @@
 
 Contract: ``generate`` returns exactly ``params.n`` generations or raises ``PolicyError``
 after its retry budget (``codegym.policies.retry`` says what is retried and how long it
-waits). The official ``openai`` SDK does the HTTP, with its own retries turned off so that
-there is one retry policy, ours, and so that every attempt is bounded by ``timeout_s``.
+waits). There is one retry policy, ours, and every attempt is bounded by ``timeout_s``.
+
+Transport: one shared ``aiohttp.ClientSession`` per event loop (keep-alive pool of
+``concurrency`` connections) posts the JSON body and reads it raw. The ``openai`` SDK is not
+on this path on purpose: measured on the benchmark machine (``benchmarks/rollout_bench.py``,
+``docs/BENCHMARKS.md``), its request pipeline (parameter transforms, httpx2 request
+building, the aiohttp adapter) cost 1.6-2.1 ms of CPU per request, this path 0.4 ms (a
+bare aiohttp post 0.3 ms); at 512 episodes in flight on 2 cores the SDK's cost alone was
+the rollout's limit. The wire format is the OpenAI API's (``/completions``,
+``/chat/completions``, bearer auth, extra body fields merged at the top level, as the SDK
+sends them).
 
 At most ``concurrency`` requests are in flight per policy (a semaphore held only while a
-request is on the wire, not while backing off). Bodies are read raw and parsed by
+request is on the wire, not while backing off). Bodies are parsed by
 ``codegym.policies._parse`` so vLLM's extra fields (token ids) survive and a garbled body
 is a ``bad_response``, not an attribute error somewhere later.
 
-The SDK's HTTP client is bound to the event loop that first used it; the policy keeps one
-client per running loop and ``aclose()`` (or ``async with``) releases it.
+The HTTP session is bound to the event loop that first used it; the policy keeps one
+session per running loop and ``aclose()`` (or ``async with``) releases it.
+
+Token-exact generation: ``generate_tokens(prompt_ids, params)`` (the ``TokenPolicy``
+protocol of ``codegym.envs.tokens``) sends the id list itself as the completions ``prompt``
+(the OpenAI API accepts a list of ints; vLLM and SGLang skip tokenization then) with
+``return_token_ids`` and logprobs, whatever ``mode`` is, so the sampled ids and their
+logprobs come back exactly. A server that returns no ids is a ``bad_response`` at once:
+retrying cannot make it return them, and re-tokenizing the text would not be exact.
 """
 
 from __future__ import annotations
@@ -25,8 +41,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import aiohttp
-import httpx2
-import openai
 
 from codegym.policies._parse import BadResponse, parse_response
 from codegym.policies.errors import PolicyError, PolicyErrorKind
@@ -57,7 +71,7 @@ class _Attempt(Exception):
 
 
 class OpenAIPolicy:
-    """A ``Policy`` backed by an OpenAI-compatible HTTP server."""
+    """A ``Policy`` (and ``TokenPolicy``) backed by an OpenAI-compatible HTTP server."""
 
     def __init__(
         self,
@@ -126,7 +140,12 @@ class OpenAIPolicy:
         self._extra_body = dict(extra_body or {})
         self._rng = random.Random(seed)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: openai.AsyncOpenAI | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._headers = {
+            "Authorization": f"Bearer {api_key or _env_key() or 'EMPTY'}",
+            "Content-Type": "application/json",
+            "User-Agent": "codegym",
+        }
         self._sem: asyncio.Semaphore | None = None
 
     async def __aenter__(self) -> OpenAIPolicy:
@@ -136,34 +155,35 @@ class OpenAIPolicy:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the HTTP client of the current loop (idempotent)."""
-        client, self._client, self._loop, self._sem = self._client, None, None, None
-        if client is not None:
-            await client.close()
+        """Close the HTTP session of the current loop (idempotent)."""
+        session, self._session, self._loop, self._sem = self._session, None, None, None
+        if session is not None and not session.closed:
+            await session.close()
 
-    def _bind(self) -> tuple[openai.AsyncOpenAI, asyncio.Semaphore]:
+    def _bind(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
         loop = asyncio.get_running_loop()
-        if self._client is None or self._sem is None or self._loop is not loop:
-            # A client from another (finished) loop cannot be reused or closed here; drop it.
-            limits = httpx2.Limits(
-                max_connections=self.concurrency, max_keepalive_connections=self.concurrency
+        if self._session is None or self._sem is None or self._loop is not loop:
+            # A session from another (finished) loop cannot be reused or closed here; drop it.
+            connector = aiohttp.TCPConnector(
+                limit=self.concurrency,
+                limit_per_host=0,
+                # Under the 5 s keep-alive of uvicorn-based servers (vLLM, SGLang): a pooled
+                # connection is never reused just as the server closes it.
+                keepalive_timeout=4.0,
+                ttl_dns_cache=None,
             )
-            # aiohttp transport: the default httpx pool scan caps a shared client at a few
-            # hundred requests/s (docs/BENCHMARKS.md); aiohttp holds thousands.
-            http = openai.DefaultAioHttpClient(
-                limits=limits,
-                timeout=httpx2.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s)),
-            )
-            self._client = openai.AsyncOpenAI(
-                base_url=self.base_url,
-                api_key=self._api_key or _env_key() or "EMPTY",
-                max_retries=0,
-                timeout=self.timeout_s,
-                http_client=http,
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(
+                    total=self.timeout_s, connect=min(10.0, self.timeout_s)
+                ),
+                headers=self._headers,
+                # Bodies are parsed by our own parser; skip aiohttp's cookie handling.
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
             self._sem = asyncio.Semaphore(self.concurrency)
             self._loop = loop
-        return self._client, self._sem
+        return self._session, self._sem
 
     def _request(self, prompt: Prompt, params: SamplingParams, tools: Any) -> dict[str, Any]:
         extra: dict[str, Any] = dict(self._extra_body)
@@ -200,49 +220,45 @@ class OpenAIPolicy:
             kw["prompt"] = prompt
             if self.logprobs:
                 kw["logprobs"] = 1  # the sampled token's logprob (+1 alternative, ignored)
-        if extra:
-            kw["extra_body"] = extra
+        kw.update(extra)  # server-specific fields sit at the top level of the body
         return kw
 
-    async def _attempt(self, kw: dict[str, Any], n: int) -> list[Generation]:
-        client, sem = self._bind()
+    async def _attempt(self, body: bytes, n: int, mode: Mode) -> list[Generation]:
+        session, sem = self._bind()
+        url = (
+            f"{self.base_url}/chat/completions"
+            if mode == "chat"
+            else f"{self.base_url}/completions"
+        )
         async with sem:
             start = time.perf_counter()
             try:
-                async with asyncio.timeout(self.timeout_s):
-                    if self.mode == "chat":
-                        raw = await client.chat.completions.with_raw_response.create(**kw)
-                    else:
-                        raw = await client.completions.with_raw_response.create(**kw)
-                    content = raw.content
-            except TimeoutError as e:
+                async with (
+                    asyncio.timeout(self.timeout_s),
+                    session.post(url, data=body) as resp,
+                ):
+                    content = await resp.read()
+                    status = resp.status
+                    retry_after = resp.headers.get("retry-after")
+            except aiohttp.ClientConnectorError as e:  # refused, unreachable, DNS
+                raise _Attempt("connection", f"{type(e).__name__}: {e}", retryable=True) from e
+            except TimeoutError as e:  # before ClientError: ServerTimeoutError is both
                 raise _Attempt(
                     "timeout", f"no answer within {self.timeout_s:g} s", retryable=True
                 ) from e
-            except openai.APITimeoutError as e:
-                refused = _refused(e)
-                if refused is not None:
-                    raise _Attempt("connection", refused, retryable=True) from e
-                raise _Attempt(
-                    "timeout", f"no answer within {self.timeout_s:g} s", retryable=True
-                ) from e
-            except openai.APIConnectionError as e:
-                cause = e.__cause__ or e
-                raise _Attempt(
-                    "connection", f"{type(cause).__name__}: {cause}", retryable=True
-                ) from e
-            except openai.APIStatusError as e:
-                status = e.status_code
-                raise _Attempt(
-                    "http_status",
-                    f"HTTP {status}: {_snippet(e.response.text)}",
-                    retryable=is_retryable_status(status),
-                    status=status,
-                    retry_after_s=parse_retry_after(e.response.headers.get("retry-after")),
-                ) from e
+            except (aiohttp.ClientError, OSError) as e:  # reset, dropped, cut-off body
+                raise _Attempt("connection", f"{type(e).__name__}: {e}", retryable=True) from e
             model_s = time.perf_counter() - start
+        if status >= 400:
+            raise _Attempt(
+                "http_status",
+                f"HTTP {status}: {_snippet(content)}",
+                retryable=is_retryable_status(status),
+                status=status,
+                retry_after_s=parse_retry_after(retry_after),
+            )
         try:
-            return parse_response(json.loads(content), self.mode, n, model_s)
+            return parse_response(json.loads(content), mode, n, model_s)
         except (ValueError, BadResponse) as e:  # JSONDecodeError is a ValueError
             raise _Attempt(
                 "bad_response", f"{e} (body: {_snippet(content)})", retryable=True
@@ -264,12 +280,79 @@ class OpenAIPolicy:
                 non-retryable status or a config mistake.
         """
         kw = self._request(prompt, params, tools if tools is not None else self.tools)
+        return await self._with_retries(kw, params.n, self.mode)
+
+    async def generate_tokens(
+        self, prompt_ids: Sequence[int], params: SamplingParams
+    ) -> list[Generation]:
+        """Sample ``params.n`` generations from a prompt given as token ids (token-exact).
+
+        Uses the completions endpoint whatever ``mode`` is; each generation has
+        ``token_ids`` (the sampled ids) and ``logprobs`` (aligned with them).
+
+        Raises:
+            PolicyError: ``config`` for a prompt that is not a non-empty list of ids;
+                ``bad_response`` at once when the server returns no token ids (it is not a
+                vLLM-style server, or too old for ``return_token_ids``); otherwise as
+                ``generate``.
+        """
+        ids = list(prompt_ids)
+        if not ids or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids
+        ):
+            raise PolicyError(
+                "config",
+                f"{self.model}: generate_tokens(prompt_ids=...) takes a non-empty list of "
+                "token ids (ints >= 0); render the conversation with the tokenizer first",
+            )
+        kw = self._token_request(ids, params)
+        gens = await self._with_retries(kw, params.n, "completions")
+        for g in gens:
+            if g.token_ids is None:
+                raise PolicyError(
+                    "bad_response",
+                    f"model {self.model!r} at {self.base_url}: the server returned no token "
+                    "ids for a token-id prompt; token mode needs a server that supports "
+                    "return_token_ids (vLLM >= 0.10.2, or codegym serve-model)",
+                )
+            if g.logprobs is not None and len(g.logprobs) != len(g.token_ids):
+                raise PolicyError(
+                    "bad_response",
+                    f"model {self.model!r} at {self.base_url}: {len(g.logprobs)} logprobs "
+                    f"for {len(g.token_ids)} token ids; the server's answer is inconsistent",
+                )
+        return gens
+
+    def _token_request(self, ids: list[int], params: SamplingParams) -> dict[str, Any]:
+        extra: dict[str, Any] = {
+            **self._extra_body,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+        }
+        kw: dict[str, Any] = {
+            "model": self.model,
+            "prompt": ids,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "n": params.n,
+            "logprobs": 1,
+        }
+        if params.seed is not None:
+            kw["seed"] = params.seed
+        if params.stop:
+            kw["stop"] = list(params.stop)
+        kw.update(extra)
+        return kw
+
+    async def _with_retries(self, kw: dict[str, Any], n: int, mode: Mode) -> list[Generation]:
+        body = json.dumps(kw, ensure_ascii=False).encode("utf-8")  # once, for every attempt
         last: _Attempt | None = None
         for attempt in range(self.retry.attempts):
             if last is not None:
                 await asyncio.sleep(self.retry.delay(attempt - 1, last.retry_after_s, self._rng))
             try:
-                return await self._attempt(kw, params.n)
+                return await self._attempt(body, n, mode)
             except _Attempt as failure:
                 last = failure
                 if not failure.retryable:
@@ -314,18 +397,3 @@ def _snippet(body: str | bytes, limit: int = 200) -> str:
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-def _refused(e: BaseException) -> str | None:
-    """The aiohttp transport reports a refused connection as a connect *timeout*; find the
-    real cause in the exception chain so it is classified as ``connection``."""
-    seen: BaseException | None = e
-    for _ in range(6):
-        if seen is None:
-            return None
-        if isinstance(seen, (ConnectionRefusedError, aiohttp.ClientConnectorError)) or (
-            "Connect call failed" in str(seen)
-        ):
-            return f"connection refused: {seen}"
-        seen = seen.__cause__ or seen.__context__
-    return None

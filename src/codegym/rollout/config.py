@@ -32,7 +32,9 @@ class RolloutConfig:
     env_concurrency: int = 8
     """Env steps in flight (admission control for the sandbox; ~2 × sandbox workers)."""
     max_groups_in_flight: int | None = None
-    """Groups admitted at once; None: enough to keep ``model_concurrency`` busy."""
+    """Groups admitted at once; None: 4 × ``model_concurrency / group_size``. Episodes in
+    flight are bounded by ``model_concurrency`` anyway; the headroom lets new groups use the
+    slots that finished episodes of a group still waiting on a retry give back."""
     buffer_groups: int = 4
     """Finished groups waiting for the consumer; when full, admission pauses (back-pressure)."""
     retries: int = 2
@@ -87,7 +89,7 @@ class RolloutConfig:
     def groups_in_flight(self) -> int:
         if self.max_groups_in_flight is not None:
             return self.max_groups_in_flight
-        return max(1, -(-self.model_concurrency // self.group_size))
+        return 4 * max(1, -(-self.model_concurrency // self.group_size))
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,15 @@ Contract:
   of its episodes is either scored (a ``Trajectory`` with a model outcome) or excluded (an
   ``Exclusion`` with a reason). ``requested == scored + sum(excluded)`` at the end; no
   episode is yielded twice.
-- **Admission and back-pressure**: at most ``groups_in_flight`` groups run; a finished group
-  waits in a queue of ``buffer_groups`` for the consumer, holding its admission slot, so a
-  slow trainer pauses new rollouts instead of growing a queue. Model calls and env steps
-  have their own concurrency bounds (in the executor).
+- **Admission and back-pressure**: at most ``groups_in_flight`` groups run, and at most
+  ``model_concurrency`` *episodes*: a group is admitted when ``group_size`` episode slots
+  are free, and each episode gives its slot back as soon as it is resolved, so a group
+  waiting on one slow episode does not keep its other slots idle (with 10% of model calls
+  failing most groups hold a retried episode; per-group slots gave 0.58 of the fault-free
+  rate in ``benchmarks/rollout_bench.py``, episode slots 0.78). A
+  finished group waits in a queue of ``buffer_groups`` for the consumer, holding its group
+  slot, so a slow trainer pauses new rollouts instead of growing a queue. Model calls and
+  env steps have their own concurrency bounds (in the executor).
 - **Faults**: an attempt that fails for an infra reason is retried ``retries`` times with
   jittered exponential backoff, then the episode is excluded with that reason (never a
   reward of 0). Attempt failures are counted per env and reason. ``breaker_threshold``
@@ -103,6 +108,7 @@ class RolloutEngine:
         self.breaker = CircuitBreaker(self.config.breaker_threshold)
         self._groups: set[asyncio.Task[None]] = set()
         self._rng = random.Random(self.config.seed)
+        self._slots = _Slots(max(self.config.model_concurrency, self.config.group_size))
 
     async def run(self, tasks: Iterable[Task] | AsyncIterable[Task]) -> AsyncIterator[Group]:
         """One group per task (repeat a task for more groups), yielded as they finish.
@@ -113,6 +119,7 @@ class RolloutEngine:
         cfg = self.config
         out: asyncio.Queue[Group | None] = asyncio.Queue(maxsize=cfg.buffer_groups)
         admit = asyncio.Semaphore(cfg.groups_in_flight)
+        self._slots = _Slots(max(cfg.model_concurrency, cfg.group_size))
         producer = asyncio.create_task(self._produce(tasks, admit, out))
         watchdog = asyncio.create_task(self.tracker.watchdog(cfg.watchdog_s))
         try:
@@ -143,8 +150,10 @@ class RolloutEngine:
             async with asyncio.TaskGroup() as tg:
                 async for task in _aiter(tasks):
                     await admit.acquire()
+                    await self._slots.acquire(self.config.group_size)
                     if self.breaker.tripped:
                         admit.release()
+                        self._slots.release(self.config.group_size)
                         break
                     gid = f"{task.id}#{seen[task.id]}"
                     seen[task.id] += 1
@@ -175,6 +184,8 @@ class RolloutEngine:
         try:
             while True:
                 slots = [None] * cfg.group_size
+                if regen:  # the first round's slots were taken at admission
+                    await self._slots.acquire(cfg.group_size)
                 await self._collect(task, gid, slots, regen)
                 done = [s for s in slots if s is not None]
                 trajs = [s for s in done if isinstance(s, Trajectory)]
@@ -223,6 +234,8 @@ class RolloutEngine:
 
         for i in range(n):
             start(i, base_attempt)
+        held = n  # episode slots this round holds; each resolved episode gives one back
+
         quorum = math.ceil(cfg.straggler_quorum * n)
         deadline: float | None = None
         try:
@@ -233,6 +246,8 @@ class RolloutEngine:
                 )
                 for t in done:
                     slots[pending.pop(t)] = t.result()
+                self._slots.release(len(done))
+                held -= len(done)
                 resolved = sum(s is not None for s in slots)
                 now = time.monotonic()
                 if cfg.straggler_s is not None and deadline is None and resolved >= quorum:
@@ -252,8 +267,11 @@ class RolloutEngine:
                         else:
                             why = f"still running {cfg.straggler_s:g} s after the group's quorum"
                             slots[i] = Exclusion(i, "straggler", why, 1)
+                            self._slots.release(1)
+                            held -= 1
                     deadline = now + cfg.straggler_s if pending and cfg.straggler_s else None
         finally:
+            self._slots.release(held)
             for t in pending:
                 t.cancel()
             if pending:
@@ -286,6 +304,25 @@ class RolloutEngine:
                 self.stats.retries += 1
                 await asyncio.sleep(self._rng.uniform(0.0, cfg.retry_base_s * 2**k))
         return Exclusion(index, reason, detail, cfg.retries + 1)
+
+
+class _Slots:
+    """Episode slots: a group takes ``group_size`` at once (under a lock, so two partial
+    takers can never hold every slot between them and wait forever), episodes give them
+    back one by one."""
+
+    def __init__(self, n: int) -> None:
+        self._sem = asyncio.Semaphore(n)
+        self._lock = asyncio.Lock()
+
+    async def acquire(self, n: int) -> None:
+        async with self._lock:
+            for _ in range(n):
+                await self._sem.acquire()
+
+    def release(self, n: int) -> None:
+        for _ in range(n):
+            self._sem.release()
 
 
 def _seed(base: int, gid: str, index: int) -> int:

@@ -6,7 +6,7 @@ server do not share a GIL):
 
 * ``raw``: a minimal asyncio HTTP/1.1 keep-alive client (pre-built request bytes), which
   costs little, so its rate shows the *server's* capacity;
-* ``policy``: ``OpenAIPolicy`` (openai SDK over httpx2), the path evals really use.
+* ``policy``: ``OpenAIPolicy`` (aiohttp session), the path evals really use.
 
 Run: ``python -m codegym.testing.fake_bench --requests 3000``. Prints one JSON object with
 requests/s, the fraction of ideal and CPU ms per request for client and server.

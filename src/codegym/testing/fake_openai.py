@@ -3,7 +3,8 @@
 ``FakeOpenAIServer`` runs FastAPI + uvicorn in a background thread on an ephemeral port of
 127.0.0.1 and serves ``/v1/models``, ``/v1/completions`` and ``/v1/chat/completions``
 (``n``, ``seed``, ``stop``, ``max_tokens``, logprobs, vLLM's ``return_token_ids``,
-``return_tokens_as_token_ids``, usage). Tests and benchmarks talk to it over real sockets::
+``return_tokens_as_token_ids``, usage; a completions ``prompt`` may be a list of token
+ids). Tests and benchmarks talk to it over real sockets::
 
     with FakeOpenAIServer(latency_s=0.05) as srv:
         srv.fail("rate_limit", times=2, retry_after_s=0.1)   # the next 2 requests get 429
@@ -98,6 +99,14 @@ def _cut(text: str, params: SamplingParams) -> tuple[str, str]:
 def _logprobs(text: str, seed: int | None, index: int) -> list[float]:
     rng = random.Random(f"lp|{seed}|{index}|{text}")
     return [-round(rng.random() * 2, 6) for _ in text]
+
+
+def _is_id_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 0x110000 for i in value)
+    )
 
 
 def _render_chat(messages: Sequence[dict[str, Any]]) -> str:
@@ -352,9 +361,15 @@ class FakeOpenAIServer:
             prompt_text = _render_chat(messages)
         else:
             raw_prompt = body.get("prompt")
-            if not isinstance(raw_prompt, str):
-                return _error(400, "fake_openai: 'prompt' must be one string")
-            prompt = prompt_text = raw_prompt
+            if isinstance(raw_prompt, list) and _is_id_list(raw_prompt):
+                # A token-id prompt (vLLM accepts one): the fake's tokenizer is chr/ord.
+                prompt = prompt_text = "".join(map(chr, raw_prompt))
+            elif isinstance(raw_prompt, str):
+                prompt = prompt_text = raw_prompt
+            else:
+                return _error(
+                    400, "fake_openai: 'prompt' must be one string or one list of token ids"
+                )
         want_ids = bool(body.get("return_token_ids"))
         ids_as_tokens = bool(body.get("return_tokens_as_token_ids"))
         want_lp = bool(body.get("logprobs"))
