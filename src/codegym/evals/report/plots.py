@@ -246,7 +246,8 @@ def quality_vs_cost(panels: Sequence[tuple[str, Sequence[tuple[Interval, float]]
     """
     labels = list(dict.fromkeys(iv.label for _, pts in panels for iv, _ in pts))
     colours = {lab: _colour(i) for i, lab in enumerate(labels)}
-    with _figure(3.3 * max(1, len(panels)), 3.3) as fig:
+    # At least 5.5 in wide: with one panel the title would not fit.
+    with _figure(max(5.5, 3.3 * max(1, len(panels))), 3.3) as fig:
         axes = fig.subplots(1, max(1, len(panels)), sharey=True, squeeze=False)[0]
         for ax, (xlabel, pts) in zip(axes, panels, strict=False):
             for iv, x in pts:
