@@ -69,7 +69,7 @@ def test_demo_runs_the_whole_loop_and_gates(tmp_path: Path) -> None:
     assert summary["train"]["steps"] == 2 and summary["heldout"]["samples_per_task"] == 2
     for run_dir in ("base", "trained_eval"):
         rows = (out / run_dir / "results.jsonl").read_text().splitlines()
-        assert len(rows) == 200
+        assert len(rows) == 2 * summary["heldout"]["tasks"]
     assert (out / "trained" / "model.safetensors").is_file()
     html = (out / "report.html").read_text()
     assert "GRPO training curve" in html and html.count("<svg") >= 3
