@@ -78,3 +78,18 @@ def test_bad_options_get_clear_errors(tmp_path: Path) -> None:
     r = run_eval("http://127.0.0.1:9/v1", tmp_path / "run", tmp_path / "s.duckdb",
                  "--mode", "banana")  # fmt: skip
     assert r.returncode == 2 and "--mode" in r.stderr
+
+
+def test_eval_exports_the_run_to_parquet(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    target = tmp_path / "exports" / "run.parquet"
+    with FakeOpenAIServer(responder=answer) as srv:
+        r = run_eval(srv.base_url, tmp_path / "run", tmp_path / "s.duckdb",
+                     "--no-ground-truth", "--export", str(target))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    table = pq.read_table(target)
+    assert table.num_rows == 40
+    got = table.to_pylist()
+    assert {row["outcome"] for row in got if row["sample_index"] == 0} == {"pass"}
+    assert all(row["completion"] for row in got)

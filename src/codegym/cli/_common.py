@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -47,3 +47,19 @@ def start_telemetry(metrics_port: int | None, trace_file: Path | None) -> None:
             fail(str(e))
     if trace_file is not None:
         configure_tracing("file", path=trace_file)
+
+
+def finish_in_store(
+    store: Store, kind: str, config: dict[str, Any], results: Sequence[Any], export: str | None
+) -> None:
+    """Record the finished run in the store and, when asked, export it."""
+    from codegym.evals.rundir import export_run, record_run, run_id_for
+
+    run_id = run_id_for(config)
+    try:
+        record_run(store, run_id, kind, config, results)
+        if export:
+            n = export_run(store, run_id, export)
+            console.print(f"exported {n} rows to {export}", highlight=False)
+    except StoreError as e:
+        fail(str(e))

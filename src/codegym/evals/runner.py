@@ -72,6 +72,9 @@ class SampleResult:
     flaky: bool = False
     cached: bool = False
     """Scored in an earlier run (read from the store)."""
+    generation_key: str | None = None
+    score_key: str | None = None
+    """Store keys of this sample's records (None: not stored, e.g. infra or no code)."""
     fields: Record = field(default_factory=dict)
     """Extra fields of the input sample, written back unchanged."""
 
@@ -79,6 +82,8 @@ class SampleResult:
         d = asdict(self)
         extra = d.pop("fields")
         d.pop("cached")
+        d.pop("generation_key")
+        d.pop("score_key")
         if d["raw"] is None:
             d.pop("raw")
         return {**extra, **d}
@@ -230,6 +235,8 @@ class Runner:
                         self._pending_gens.append((keys[i], gens[i]))  # type: ignore[arg-type]
             done = [g for g in gens if g is not None]
             await self._score_generations(task, done, per_task[ti], chat)
+            for res, key in zip(per_task[ti], keys, strict=False):
+                res.generation_key = key
 
         async with asyncio.TaskGroup() as tg:
             for ti in range(len(tasks)):
@@ -315,6 +322,7 @@ class Runner:
         self, res: SampleResult, task: Task, key: str, known: Record | None
     ) -> None:
         if known is not None:
+            res.score_key = key
             res.passed, res.outcome, res.detail = known["passed"], known["outcome"], known["detail"]
             res.cpu_s, res.wall_s = known.get("cpu_s"), known.get("wall_s")
             res.flaky, res.cached = bool(known.get("flaky")), True
@@ -333,6 +341,7 @@ class Runner:
                 if res.flaky:
                     res.detail = "flaky: " + ", ".join(s.outcome for s in scores)
                 self._pending_scores.append((key, _score_record(res)))
+                res.score_key = key
         self._emit(res)
 
     async def _score_once(self, task: Task, completion: str) -> Score:
