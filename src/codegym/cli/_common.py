@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -63,3 +63,26 @@ def finish_in_store(
             console.print(f"exported {n} rows to {export}", highlight=False)
     except StoreError as e:
         fail(str(e))
+
+
+@asynccontextmanager
+async def open_sandbox(
+    tier: str, workers: int | None, urls: Sequence[str] | None
+) -> AsyncIterator[tuple[Any, int]]:
+    """The sandbox a command scores with, and how many scorings to keep in flight: a local
+    pool, or (``--sandbox-url``, repeatable) the sandbox service, one URL or a pool of them
+    with failover (``codegym.service.RemoteSandbox``, token from ``CODEGYM_TOKEN``)."""
+    from codegym.sandbox import Sandbox, SandboxInputError
+
+    if urls:
+        from codegym.service.client import RemoteSandbox
+
+        try:
+            remote = RemoteSandbox(list(urls))
+        except SandboxInputError as e:
+            fail(str(e))
+        async with remote:
+            yield remote, 8 * len(urls)
+    else:
+        async with Sandbox(tier=tier, workers=workers) as sb:
+            yield sb, 2 * sb.size

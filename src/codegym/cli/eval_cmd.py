@@ -10,13 +10,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from codegym.cli._common import console, fail, finish_in_store, open_store, start_telemetry
+from codegym.cli._common import (
+    console,
+    fail,
+    finish_in_store,
+    open_sandbox,
+    open_store,
+    start_telemetry,
+)
 from codegym.cli._progress import score_progress
 from codegym.cli.score_cmd import _print_summary
 from codegym.evals.rundir import build_summary, write_run
 from codegym.evals.runner import Runner, RunnerConfig, SampleResult, quarantined_results
 from codegym.policies import PolicyError, SamplingParams
-from codegym.sandbox import HostUnsupported, Sandbox
+from codegym.sandbox import HostUnsupported
 from codegym.store import DictCache, Store
 from codegym.tasks import DatasetError, Task, load_suite, verify
 
@@ -42,6 +49,10 @@ def eval_(
     model_concurrency: Annotated[int, typer.Option(help="Model requests in flight.")] = 32,
     tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor, process.")] = "jail",
     workers: Annotated[int | None, typer.Option(help="Sandbox workers (default: CPUs).")] = None,
+    sandbox_url: Annotated[
+        list[str] | None,
+        typer.Option(help="Score on the sandbox service at this URL (repeat for a pool)."),
+    ] = None,
     ground_truth: Annotated[
         bool,
         typer.Option(help="Run every reference first: quarantine broken tasks, size CPU limits."),
@@ -125,6 +136,7 @@ def eval_(
                     mode == "chat",
                     tier,
                     workers,
+                    sandbox_url,
                     st,
                     model_concurrency,
                     flaky_repeats,
@@ -158,13 +170,14 @@ async def _evaluate(
     chat: bool,
     tier: str,
     workers: int | None,
+    sandbox_url: list[str] | None,
     store: Store | None,
     model_concurrency: int,
     flaky_repeats: int,
     ground_truth: bool,
     quiet: bool,
 ) -> list[SampleResult]:
-    async with Sandbox(tier=tier, workers=workers) as sb:
+    async with open_sandbox(tier, workers, sandbox_url) as (sb, inflight):
         broken: list[SampleResult] = []
         if ground_truth and all(t.reference for t in tasks):
             report = await verify(sb, tasks)
@@ -179,7 +192,7 @@ async def _evaluate(
                 sb,
                 cache=DictCache(store) if store else None,
                 config=RunnerConfig(
-                    sandbox_concurrency=2 * sb.size,
+                    sandbox_concurrency=inflight,
                     model_concurrency=model_concurrency,
                     flaky_repeats=flaky_repeats,
                 ),

@@ -11,11 +11,11 @@ from typing import Annotated, Any
 
 import typer
 
-from codegym.cli._common import console, fail, finish_in_store, open_store
+from codegym.cli._common import console, fail, finish_in_store, open_sandbox, open_store
 from codegym.cli._progress import score_progress
 from codegym.evals.rundir import build_summary
 from codegym.evals.runner import Runner, RunnerConfig, SampleResult
-from codegym.sandbox import HostUnsupported, Sandbox
+from codegym.sandbox import HostUnsupported
 from codegym.store import DictCache, Store
 from codegym.tasks import DatasetError, Task, load_humaneval
 
@@ -67,15 +67,16 @@ async def _score_all(
     tasks: dict[str, Task],
     tier: str,
     workers: int | None,
+    sandbox_url: list[str] | None,
     store: Store | None,
     quiet: bool,
 ) -> list[SampleResult]:
-    async with Sandbox(tier=tier, workers=workers) as sb:
+    async with open_sandbox(tier, workers, sandbox_url) as (sb, inflight):
         with score_progress(len(samples), "scoring", quiet) as progress:
             runner = Runner(
                 sb,
                 cache=DictCache(store) if store else None,
-                config=RunnerConfig(sandbox_concurrency=2 * sb.size),
+                config=RunnerConfig(sandbox_concurrency=inflight),
                 on_result=progress,
             )
             return await runner.score_samples([(tasks[s["task_id"]], s) for s in samples])
@@ -87,6 +88,10 @@ def score(
     suite: Annotated[str, typer.Option(help="Benchmark suite.")] = "humaneval",
     tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor, process.")] = "jail",
     workers: Annotated[int | None, typer.Option(help="Sandbox workers (default: CPUs).")] = None,
+    sandbox_url: Annotated[
+        list[str] | None,
+        typer.Option(help="Score on the sandbox service at this URL (repeat for a pool)."),
+    ] = None,
     on_bad_line: Annotated[str, typer.Option(help="skip or stop at a malformed line.")] = "skip",
     store: Annotated[
         Path | None, typer.Option(help="Result store (DuckDB file); default $CODEGYM_STORE.")
@@ -118,7 +123,7 @@ def score(
     if export and no_store:
         fail("--export reads the run back from the store: drop --no-store")
     summary = _run_and_write(
-        samples, tasks, tier, workers, out, store, no_store, config, as_json, export
+        samples, tasks, tier, workers, out, store, no_store, config, as_json, export, sandbox_url
     )
     _print_summary(summary, as_json)
     if summary["status"] != "ok":
@@ -136,11 +141,14 @@ def _run_and_write(
     config: dict[str, Any],
     quiet: bool,
     export: str | None = None,
+    sandbox_url: list[str] | None = None,
 ) -> dict[str, Any]:
     start = time.perf_counter()
     with open_store(store_path, no_store) as store:
         try:
-            results = asyncio.run(_score_all(samples, tasks, tier, workers, store, quiet))
+            results = asyncio.run(
+                _score_all(samples, tasks, tier, workers, sandbox_url, store, quiet)
+            )
         except HostUnsupported as e:
             fail(str(e))
         if store is not None:
