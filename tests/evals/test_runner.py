@@ -77,6 +77,22 @@ async def test_truncated_and_policy_errors_are_kept_apart(sandbox: Sandbox) -> N
     assert all("500" in r.detail or "server" in r.detail.lower() for r in broken)
 
 
+async def test_runner_exports_eval_metrics(sandbox: Sandbox) -> None:
+    from prometheus_client import REGISTRY
+
+    runner = Runner(sandbox, config=RunnerConfig(suite="metrics-test"))
+    task = TASKS[0]
+    await runner.score_samples(
+        [(task, {"completion": task.reference}), (task, {"completion": "    return None\n"})]
+    )
+
+    def value(name: str, **labels: str) -> float | None:
+        return REGISTRY.get_sample_value(name, {"suite": "metrics-test", **labels})
+
+    assert value("codegym_eval_samples_total", outcome="pass") == 1
+    assert value("codegym_eval_pass_rate") == 0.5
+
+
 async def test_flaky_programs_are_flagged(sandbox: Sandbox) -> None:
     task = Task(
         id="coin",

@@ -142,6 +142,7 @@ def eval_(
                     flaky_repeats,
                     ground_truth,
                     as_json,
+                    suite,
                 )
             )
         except HostUnsupported as e:
@@ -176,6 +177,7 @@ async def _evaluate(
     flaky_repeats: int,
     ground_truth: bool,
     quiet: bool,
+    suite_name: str = "",
 ) -> list[SampleResult]:
     async with open_sandbox(tier, workers, sandbox_url) as (sb, inflight):
         broken: list[SampleResult] = []
@@ -195,6 +197,7 @@ async def _evaluate(
                     sandbox_concurrency=inflight,
                     model_concurrency=model_concurrency,
                     flaky_repeats=flaky_repeats,
+                    suite=suite_name,
                 ),
                 on_result=progress,
             )

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from codegym.cli._common import console, fail
+from codegym.cli._common import console, fail, start_telemetry
 
 
 def _line(m: dict[str, Any]) -> str:
@@ -38,8 +38,15 @@ def train(
     ] = None,
     steps: Annotated[int | None, typer.Option(help="override run.steps")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+    ] = None,
+    trace_file: Annotated[
+        Path | None, typer.Option(help="Write OpenTelemetry spans to this JSONL file.")
+    ] = None,
 ) -> None:
     """GRPO-train a model on synthetic tasks with the settings in CONFIG."""
+    start_telemetry(metrics_port, trace_file)
     from codegym.models import ensure_tiny_model
     from codegym.rollout import RolloutAborted
     from codegym.train import ConfigError, Trainer, load_config

@@ -30,7 +30,8 @@ from codegym.policies import Generation, Policy, PolicyError, SamplingParams
 from codegym.policies.extract import extract_code
 from codegym.sandbox import Limits, Sandbox
 from codegym.store import content_key
-from codegym.tasks import DEFAULT_LIMITS, HARNESS_VERSION, Score, Task, score
+from codegym.tasks import DEFAULT_LIMITS, HARNESS_VERSION, Score, Task, is_infra, score
+from codegym.telemetry import metrics as _metrics
 
 Record = dict[str, Any]
 
@@ -103,6 +104,8 @@ class RunnerConfig:
     """Executions per program; above 1, outcome changes mark the sample flaky."""
     flush_every: int = 64
     flush_s: float = 1.0
+    suite: str = ""
+    """Label of the eval's Prometheus metrics (``codegym_eval_*``)."""
 
 
 def generation_key(
@@ -153,6 +156,7 @@ class Runner:
         self._pending_gens: list[tuple[str, Record]] = []
         self._last_flush = time.monotonic()
         self._known_scores: dict[str, Record] = {}
+        self._progress = _metrics.EvalProgress(self._cfg.suite)
         self._extracted: dict[tuple[str, str, bool], str | None] = {}
         self._score_keys: dict[tuple[str, str], str] = {}
 
@@ -355,6 +359,7 @@ class Runner:
         return result
 
     def _emit(self, res: SampleResult) -> None:
+        self._progress.record(res.outcome, passed=res.passed, infra=is_infra(res.outcome))
         if self._on_result is not None:
             self._on_result(res)
         now = time.monotonic()

@@ -50,6 +50,7 @@ from codegym.rollout.config import Exclusion, Group, RolloutAborted, RolloutConf
 from codegym.rollout.executor import EpisodeFailure, EpisodeRequest, Executor
 from codegym.rollout.tracker import CircuitBreaker, Tracker
 from codegym.tasks import Task
+from codegym.telemetry import metrics as _metrics
 
 log = logging.getLogger("codegym.rollout")
 Slot = Trajectory | Exclusion
@@ -217,6 +218,12 @@ class RolloutEngine:
         excluded = tuple(s for s in done if isinstance(s, Exclusion))
         for e in excluded:
             self.stats.excluded[e.reason] += 1
+            _metrics.rollout_infra_error(self.env, e.reason)
+        for t in trajs:  # telemetry: episodes by outcome and the time each stage took
+            _metrics.record_episode(self.env, t.outcome)
+            for stage, seconds in t.timings.items():
+                if stage in _metrics.STAGES:
+                    _metrics.observe_stage(stage, seconds, env=self.env)
         self.stats.scored += len(trajs)
         self.stats.rewards_sum += sum(t.reward or 0.0 for t in trajs)
         self.stats.groups += 1

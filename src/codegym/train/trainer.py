@@ -43,6 +43,7 @@ from codegym.rollout import EnvSpec, Group, LocalExecutor, RolloutConfig, Rollou
 from codegym.sandbox import Sandbox
 from codegym.tasks import Task
 from codegym.tasks.synthetic import generate
+from codegym.telemetry import metrics as _metrics
 from codegym.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from codegym.train.config import TrainConfig
 from codegym.train.grpo import group_advantages, grpo_loss, token_logprobs
@@ -333,6 +334,13 @@ class Trainer:
                         "lr": self.sched.get_last_lr()[0],
                     }
                     metrics.append(row)
+                    _metrics.record_trainer_step(
+                        self.step,
+                        step_s,
+                        reward_mean=float(row.get("reward_mean", 0.0)),
+                        kl=float(row.get("kl", 0.0)),
+                        loss=float(row.get("loss", 0.0)),
+                    )
                     with open(self.run_dir / c.run.metrics_file, "a") as f:
                         f.write(json.dumps(row) + "\n")
                     if self.on_step is not None:
