@@ -76,6 +76,43 @@ def _remove(path: Path) -> None:
             time.sleep(0.01)
 
 
+def sweep_stale() -> int:
+    """Remove worker cgroups whose owning process is gone.
+
+    A worker cgroup is named ``<owner pid>-<tag>-w<i>``; ``WorkerCgroup.remove`` deletes it
+    on close, but an owner killed with SIGKILL never closes, and the empty directories pile
+    up. A directory is removed only when its owner pid no longer exists and it holds no
+    process (the kernel refuses rmdir otherwise), so a live pool is never touched. Returns
+    how many were removed.
+    """
+    v = version()
+    if v is None:
+        return 0
+    removed = 0
+    for base in _base(v):
+        with contextlib.suppress(OSError):
+            for d in base.iterdir():
+                owner = d.name.split("-", 1)[0]
+                if not (d.is_dir() and owner.isdigit()) or _alive(int(owner)):
+                    continue
+                with contextlib.suppress(OSError):
+                    (d / "run").rmdir()
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+                    removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @dataclass
 class Stats:
     cpu_s: float | None
