@@ -37,7 +37,8 @@ def test_faults_at_given_request_numbers(srv: FakeOpenAIServer) -> None:
 def test_drop_closes_mid_body_and_bad_requests_are_400(srv: FakeOpenAIServer) -> None:
     srv.fail("drop")
     with httpx.Client(base_url=srv.base_url) as c:
-        with pytest.raises(httpx.RemoteProtocolError):
+        # a drop reads as a truncated body or, when the reset wins the race, a reset
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
             c.post("/completions", json={"model": srv.model, "prompt": "x"})
         assert c.post("/completions", json={"model": srv.model, "prompt": ["a"]}).status_code == 400
         assert c.post("/chat/completions", json={"model": srv.model}).status_code == 400
