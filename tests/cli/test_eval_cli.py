@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from codegym.policies import SamplingParams
 from codegym.policies.policy import Prompt
 from codegym.tasks import load_humaneval
@@ -93,3 +95,21 @@ def test_eval_exports_the_run_to_parquet(tmp_path: Path) -> None:
     got = table.to_pylist()
     assert {row["outcome"] for row in got if row["sample_index"] == 0} == {"pass"}
     assert all(row["completion"] for row in got)
+
+
+def test_eval_tracks_its_run_in_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # as the Tracker does for file stores
+    store = tmp_path / "mlruns"
+    with FakeOpenAIServer(responder=answer) as srv:
+        r = run_eval(srv.base_url, tmp_path / "run", tmp_path / "s.duckdb",
+                     "--no-ground-truth", "--mlflow", "--mlflow-uri", str(store))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    client = MlflowClient(tracking_uri=store.as_uri())
+    (exp,) = [e for e in client.search_experiments() if e.name == "codegym"]
+    (run,) = client.search_runs([exp.experiment_id])
+    assert run.data.params["model"] == "fake-model"
+    assert run.data.metrics["pass_at_1"] == 0.5
+    names = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"summary.json", "results.jsonl"} <= names

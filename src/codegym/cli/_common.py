@@ -86,3 +86,33 @@ async def open_sandbox(
     else:
         async with Sandbox(tier=tier, workers=workers) as sb:
             yield sb, 2 * sb.size
+
+
+@contextmanager
+def mlflow_run(
+    enabled: bool, uri: str | None, run_name: str, params: dict[str, Any]
+) -> Iterator[Any]:
+    """An MLflow run for a command (``--mlflow``; ``--mlflow-uri`` or MLFLOW_TRACKING_URI,
+    default ``./mlruns``), or None. An unreachable store fails here, before any work."""
+    if not enabled:
+        yield None
+        return
+    from codegym.telemetry.tracking import Tracker, TrackingError
+
+    try:
+        tracker = Tracker(run_name, tracking_uri=uri).start()
+        tracker.log_params(_flat(params))
+    except TrackingError as e:
+        fail(str(e))
+    with tracker:
+        yield tracker
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

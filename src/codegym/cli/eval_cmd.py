@@ -14,6 +14,7 @@ from codegym.cli._common import (
     console,
     fail,
     finish_in_store,
+    mlflow_run,
     open_sandbox,
     open_store,
     start_telemetry,
@@ -70,6 +71,10 @@ def eval_(
     export: Annotated[
         str | None,
         typer.Option(help="Also export the run to this path or fsspec URL (.parquet/.jsonl)."),
+    ] = None,
+    mlflow: Annotated[bool, typer.Option(help="Track the run in MLflow.")] = False,
+    mlflow_uri: Annotated[
+        str | None, typer.Option(help="MLflow tracking URI (default ./mlruns).")
     ] = None,
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT.")
@@ -157,6 +162,14 @@ def eval_(
         max_infra_fraction=max_infra_fraction,
     )
     write_run(out, results, summary)
+    with mlflow_run(mlflow, mlflow_uri, f"eval-{model}", config) as mf:
+        if mf is not None:
+            mf.log_metrics(
+                {f"pass@{k}": v["estimate"] for k, v in summary["pass_at_k"].items()}
+                | {"scored": summary["scored"], "excluded": summary["excluded"]}
+            )
+            mf.log_artifact(out / "summary.json")
+            mf.log_artifact(out / "results.jsonl")
     _print_summary(summary, as_json)
     if not as_json:
         typer.echo(f"wrote {out / 'results.jsonl'} and {out / 'summary.json'}", err=True)

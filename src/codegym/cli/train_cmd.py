@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from codegym.cli._common import console, fail, start_telemetry
+from codegym.cli._common import console, fail, mlflow_run, start_telemetry
 
 
 def _line(m: dict[str, Any]) -> str:
@@ -40,6 +40,10 @@ def train(
     quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+    ] = None,
+    mlflow: Annotated[bool, typer.Option(help="Track the run in MLflow.")] = False,
+    mlflow_uri: Annotated[
+        str | None, typer.Option(help="MLflow tracking URI (default ./mlruns).")
     ] = None,
     trace_file: Annotated[
         Path | None, typer.Option(help="Write OpenTelemetry spans to this JSONL file.")
@@ -64,19 +68,25 @@ def train(
         model_dir = ensure_tiny_model(log_every=50)
     if not (model_dir / "config.json").is_file():
         fail(f"{model_dir}: not a Hugging Face model directory (no config.json)")
-    with Progress(
-        TextColumn("[bold]train"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=quiet,
-    ) as bar:
+    with (
+        mlflow_run(mlflow, mlflow_uri, f"train-{config.stem}", cfg.model_dump(mode="json")) as mf,
+        Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            console=console,
+            disable=quiet,
+        ) as bar,
+    ):
         job = bar.add_task("train", total=cfg.run.steps, stats="")
 
         def on_step(m: dict[str, Any]) -> None:
             bar.update(job, completed=m["step"], stats=_line(m))
+            if mf is not None:
+                nums = {k: float(v) for k, v in m.items() if isinstance(v, (int, float))}
+                mf.log_metrics(nums, step=int(m["step"]))
 
         try:
             trainer = Trainer(cfg, model_dir, on_step=on_step)

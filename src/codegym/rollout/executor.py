@@ -13,6 +13,7 @@ An attempt either returns a ``Trajectory`` with a model outcome, or raises
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,7 @@ from codegym.policies.errors import PolicyError
 from codegym.policies.policy import Generation, Policy, SamplingParams
 from codegym.rollout.tracker import Tracker
 from codegym.tasks import Task, is_infra
+from codegym.telemetry.tracing import span
 
 
 class EpisodeFailure(Exception):
@@ -136,6 +138,12 @@ class LocalExecutor:
         mask: list[int] = []
         lps: list[float] = []
         t_start = time.perf_counter()
+        # One trace per episode: policy calls, env steps (tools, sandbox runs, reward) nest
+        # under it. ExitStack keeps the body unindented; the span ends in ``finally``.
+        traced = contextlib.ExitStack()
+        ep_span = traced.enter_context(
+            span("episode", env=self.env.name, task=req.task.id, index=req.index)
+        )
         try:
             tracker.stage(eid, "env")
             messages: list[Message] = await env.reset(req.task, req.seed)
@@ -153,7 +161,8 @@ class LocalExecutor:
                     t1 = time.perf_counter()
                     tracker.stage(eid, "model")
                     version = self.current_version()
-                    gen = await self._generate(messages, text_prompt, ids, params)
+                    with span("policy.call", policy=getattr(self.policy, "name", None)):
+                        gen = await self._generate(messages, text_prompt, ids, params)
                     t2 = time.perf_counter()
                 timings["queue"] += t1 - t0
                 timings["model"] += t2 - t1
@@ -186,9 +195,13 @@ class LocalExecutor:
                 async with self._env_sem:
                     t4 = time.perf_counter()
                     tracker.stage(eid, "env")
-                    res = await env.step(
-                        Turn(gen.text, gen.finish_reason, gen.tool_calls, gen.tokens_out or 0)
-                    )
+                    with span("env.step", tool_calls=len(gen.tool_calls)) as step_span:
+                        res = await env.step(
+                            Turn(gen.text, gen.finish_reason, gen.tool_calls, gen.tokens_out or 0)
+                        )
+                        if res.reward is not None:
+                            step_span.set_attribute("reward", float(res.reward))
+                        ep_span.set_attribute("outcome", str(res.outcome))
                     t5 = time.perf_counter()
                 timings["queue"] += t4 - t3
                 timings["env"] += t5 - t4
@@ -223,6 +236,7 @@ class LocalExecutor:
             raise EpisodeFailure("harness_error", f"{type(e).__name__}: {e}") from e
         finally:
             await env.close()
+            traced.close()
         if res.outcome is None or is_infra(res.outcome):
             reason = res.outcome or "harness_error"
             detail = res.detail or "the final step gave no outcome"
