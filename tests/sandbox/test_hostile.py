@@ -147,8 +147,10 @@ def _stray_processes() -> set[tuple[int, bytes]]:
     """Live host processes of the sandbox uid that no worker accounts for.
 
     A worker is three sandbox-uid processes under this test process (bwrap, bwrap's pid 1,
-    the zygote), and between runs the zygote has no children: anything deeper is a leftover,
-    and so is a sandbox-uid process orphaned to one of our ancestors (init or a subreaper).
+    the zygote), and between runs the zygote has exactly one child with none of its own: the
+    next run's process, forked ahead and waiting for its request. Anything else that deep
+    is a leftover, and so is a sandbox-uid process orphaned to one of our ancestors (init
+    or a subreaper).
     Sandbox-uid processes under another process belong to someone else (a concurrent test
     run) and are ignored. So are zombies: they run nothing, and this host's init may never
     reap them.
@@ -161,14 +163,20 @@ def _stray_processes() -> set[tuple[int, bytes]]:
         cur = procs[cur].ppid
         ancestors.add(cur)
     stray = set()
+    prepared: dict[int, list[int]] = {}  # zygote pid -> its children
+    parents = {p.ppid for p in procs.values()}
     for pid, p in procs.items():
         if p.uid != UID or p.state in "ZX" or pid == me:
             continue
         depth, node = 0, p
         while node.ppid != me and node.ppid in procs and procs[node.ppid].uid == UID:
             node, depth = procs[node.ppid], depth + 1
-        if (node.ppid == me and depth > 2) or (node.ppid != me and node.ppid in ancestors):
+        if node.ppid == me and depth == 3 and pid not in parents:
+            prepared.setdefault(p.ppid, []).append(pid)
+        elif (node.ppid == me and depth > 2) or (node.ppid != me and node.ppid in ancestors):
             stray.add((pid, p.cmdline))
+    for children in prepared.values():
+        stray.update((pid, procs[pid].cmdline) for pid in children[1:])
     return stray
 
 

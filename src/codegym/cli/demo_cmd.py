@@ -154,18 +154,16 @@ async def _heldout(model_dir: Path, config: Any, n: int, run_dir: Path) -> dict[
     from codegym.sandbox import Sandbox
     from codegym.tasks.synthetic import generate
     from codegym.train.policy import LocalPolicy
-    from codegym.train.trainer import Trainer
+    from codegym.train.trainer import training_executor
 
     t = config.tasks
     tasks = generate(t.family, t.heldout_tasks, t.heldout_seed, t.difficulty)
     policy = LocalPolicy(model_dir, max_batch=config.sampling.max_batch, seed=12345)
-    wiring = Trainer.__new__(Trainer)  # the trainer's executor wiring, without a model
-    wiring.config, wiring.policy = config, policy
     results: list[SampleResult] = []
     start = time.perf_counter()
     async with Sandbox(tier=config.sandbox.tier, workers=config.sandbox.workers) as sb:
         engine = RolloutEngine(
-            wiring._executor(sb),
+            training_executor(config, policy, sb),
             RolloutConfig(group_size=n, env_concurrency=config.sandbox.env_concurrency, seed=1),
             env=config.env.name,
         )

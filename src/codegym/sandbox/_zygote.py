@@ -6,13 +6,20 @@ imported by codegym. It reads length-prefixed frames on stdin and answers on std
 Per execution it builds this process tree::
 
     zygote Z (long-lived, warm imports)
-      └─ D  pid 1 of a fresh pid/mount/ipc namespace: mounts a private tmpfs work dir,
-           │  /dev/shm and /proc, then reaps everything and reports the tree's rusage
-           └─ E  the program: rlimits, all capabilities dropped, no_new_privs, seccomp
+      └─ E  pid 1 of a fresh pid/mount/ipc namespace: private tmpfs work dir, /tmp,
+              /dev/shm and /proc; rlimits, all capabilities dropped, no_new_privs,
+              seccomp; then the harness runs the program (and forks per test case)
 
-Z enforces the wall deadline and the output cap (it reads the pipes). When D exits the
+Z enforces the wall deadline and the output cap (it reads the pipes). When E exits the
 kernel kills every process left in its namespace, so nothing the program started
 survives the run. E never sees Z: it has its own /proc and pid numbering.
+
+Z forks the next E as soon as it has answered a run, and that E does every step that
+does not depend on the request (namespaces, mounts, signal handlers, fds, privilege drop,
+seccomp, joining the run's cgroup) and then blocks reading its request from a pipe. A
+request so meets a child that is already set up: about half of the per-run work is off
+the critical path. E is prepared for one tmpfs size (the previous run's ``disk_mb``);
+a request that asks for another size gets a freshly forked E.
 
 Per run Z also makes a fresh secret key before the fork and hands it to the harness in a
 one-element list the harness empties (so no frame or object of Z's code keeps it in E).
@@ -21,7 +28,7 @@ and believes only what verifies (``_harness.Channel``), so a program writing to 
 fds forges nothing. The zygote's directory is taken off ``sys.path`` once the harness is
 imported, so programs do not see it there.
 
-Without namespaces (the ``process`` tier) D is an ordinary child in its own session and
+Without namespaces (the ``process`` tier) E is an ordinary child in its own session and
 the tree is killed by process group; double-forked daemons that call setsid escape that.
 """
 
@@ -38,6 +45,8 @@ import signal
 import struct
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any
 
 _HDR = struct.Struct(">I")
 _MAX_FRAME = 1 << 30
@@ -69,16 +78,31 @@ def _check(ret: int, what: str) -> None:
 # ---------------------------------------------------------------- framing
 
 
-def read_frame(stream) -> tuple[dict, list[bytes]]:
+def read_raw(stream) -> bytes:
+    """One whole frame as it came, so the zygote can hand it on to E unchanged."""
     raw = stream.read(4)
     if len(raw) < 4:
         raise EOFError
     (n,) = _HDR.unpack(raw)
     if n > _MAX_FRAME:
         raise ValueError("frame too large")
-    header = json.loads(stream.read(n))
-    blobs = [stream.read(k) for k in header.pop("_blobs", [])]
+    head = stream.read(n)
+    sizes = json.loads(head).get("_blobs", [])
+    return raw + head + stream.read(sum(sizes))
+
+
+def parse_frame(raw: bytes) -> tuple[dict, list[bytes]]:
+    (n,) = _HDR.unpack_from(raw)
+    header = json.loads(raw[4 : 4 + n])
+    at, blobs = 4 + n, []
+    for k in header.pop("_blobs", []):
+        blobs.append(raw[at : at + k])
+        at += k
     return header, blobs
+
+
+def read_frame(stream) -> tuple[dict, list[bytes]]:
+    return parse_frame(read_raw(stream))
 
 
 def write_frame(stream, header: dict, blobs: list[bytes] = ()) -> None:
@@ -137,6 +161,8 @@ class Zygote:
         self.as_extra_mb = int(config.get("as_extra_mb", 512))
         self.cgroup_procs = config.get("cgroup_procs", [])
         self.channel_fds: tuple[int, ...] = ()
+        self.ready: _Ready | None = None  # the next E, forked ahead of its request
+        self.last_disk_mb: int | None = None
         for name in config.get("preload", []):
             try:
                 __import__(name)
@@ -181,8 +207,11 @@ class Zygote:
             raise OSError(ctypes.get_errno(), "clone")
         return pid
 
-    def _child(self, req: dict, blobs: list[bytes], fds: dict, secret: list[bytes]) -> None:
-        """E: set up its own namespaces and limits, drop every privilege, run.
+    def _child(self, fds: dict, secret: list[bytes], disk_mb: int, cwd: str | None) -> None:
+        """E: set up its namespaces, drop every privilege, wait for the request, run it.
+
+        Everything that does not depend on the request happens before it arrives (the
+        zygote forks E ahead of time), so a request meets a child that is ready.
 
         With namespaces E is pid 1 of a fresh pid namespace, so when it exits the kernel
         kills everything it started. A pid 1 ignores signals it has no handler for, so
@@ -191,9 +220,8 @@ class Zygote:
         code = 1
         try:
             channel = self.harness.Channel(secret)  # empties ``secret``
-            lim = req["limits"]
             if self.namespaces:
-                size = f"size={lim['disk_mb']}m,mode=1777".encode()
+                size = f"size={disk_mb}m,mode=1777".encode()
                 fresh = [b"/tmp", b"/dev/shm"]
                 if not self.session:
                     fresh.append(self.workdir.encode())
@@ -205,21 +233,31 @@ class Zygote:
                     signal.signal(sig, die)
             else:
                 os.setsid()
+            os.chdir(cwd or self.workdir)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # the zygote ignores it
+            os.dup2(fds["out_w"], 1)
+            os.dup2(fds["err_w"], 2)
+            os.dup2(fds["result_w"], 3)
+            os.dup2(fds["ready_w"], 4)
+            os.dup2(fds["req_r"], 5)
+            os.closerange(6, 65536)
+            _move(os.memfd_create("stdin"), 0)
+            drop_privileges(self.bpf)
+            # joined last, so only the run itself is charged to the run slot
             for path in self.cgroup_procs:
                 with open(path, "w") as f:
                     f.write("0")
-            os.chdir(req.get("_cwd") or self.workdir)
+            with os.fdopen(5, "rb") as inp:
+                req, blobs = read_frame(inp)  # blocks until the zygote hands over a run
+            if req.get("stdin") is not None:
+                os.write(0, blobs[req["stdin"]])
+                os.lseek(0, 0, 0)
+            if not req.get("tests"):
+                _move(os.open(os.devnull, os.O_WRONLY), 3)
             self.harness.write_files(req.get("files", []), blobs)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            os.dup2(fds["stdin"], 0)
-            os.dup2(fds["out_w"], 1)
-            os.dup2(fds["err_w"], 2)
-            keep = fds.get("result_w", -1)
-            os.dup2(fds["ready_w"], 4)
-            os.dup2(keep if keep >= 0 else os.open(os.devnull, os.O_WRONLY), 3)
-            os.closerange(5, 65536)
             apply_rlimits(
-                lim,
+                req["limits"],
                 self.as_extra_mb,
                 bool(self.cfg.get("rlimit_as")),
                 bool(self.cfg.get("nproc")),
@@ -227,9 +265,10 @@ class Zygote:
             os.environ.clear()
             os.environ.update(self.cfg["env"])
             os.environ.update(req.get("env") or {})
-            drop_privileges(self.bpf)
             os.write(4, b"R")  # set-up done; from here on the program is in charge
             code = self.harness.run(req, blobs, channel)
+        except EOFError:
+            code = 0  # the zygote went away (or discarded us) before handing over a run
         except BaseException as exc:
             try:
                 os.write(2, f"codegym harness: {exc!r}\n".encode())
@@ -240,34 +279,61 @@ class Zygote:
 
     # -- the zygote side ------------------------------------------------
 
-    def run(self, req: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:
-        lim = req["limits"]
+    def prepare(self, disk_mb: int) -> _Ready:
+        """Fork the next E now, so that it is set up before its request arrives."""
+        if self.ready is not None and self.ready.disk_mb == disk_mb:
+            return self.ready
+        self.discard()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        res_r, res_w = os.pipe() if req.get("tests") else (-1, -1)
-        stdin = os.memfd_create("stdin")
-        os.write(stdin, blobs[req["stdin"]] if req.get("stdin") is not None else b"")
-        os.lseek(stdin, 0, 0)
-        fds = dict(stdin=stdin, out_w=out_w, err_w=err_w, result_w=res_w)
+        res_r, res_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        req_r, req_w = os.pipe()
+        fds = dict(out_w=out_w, err_w=err_w, result_w=res_w, ready_w=ready_w, req_r=req_r)
         scratch = None
         if not self.namespaces and not self.session:
             import tempfile
 
             scratch = tempfile.mkdtemp(prefix="run-", dir=self.workdir)
-            req["_cwd"] = scratch
-        ready_r, fds["ready_w"] = os.pipe()
         secret = [os.urandom(16)]  # this run's key; see Channel
-        start = time.monotonic()
         pid = self._spawn()
         if pid == 0:
-            for fd in (out_r, err_r, res_r, ready_r, *self.channel_fds):
-                if fd >= 0:
-                    os.close(fd)
-            self._child(req, blobs, fds, secret)
-        for fd in (out_w, err_w, stdin, res_w, fds["ready_w"]):
-            if fd >= 0:
+            for fd in (out_r, err_r, res_r, ready_r, req_w, *self.channel_fds):
                 os.close(fd)
+            self._child(fds, secret, disk_mb, scratch)
+        for fd in fds.values():
+            os.close(fd)
         watch = self.harness.ExitWatch(pid)  # a pidfd, or gVisor's stand-in for one
+        self.ready = _Ready(
+            pid, watch, req_w, out_r, err_r, res_r, ready_r, secret[0], disk_mb, scratch
+        )
+        return self.ready
+
+    def discard(self) -> None:
+        """Kill and reap a prepared E that will not be used."""
+        e, self.ready = self.ready, None
+        if e is None:
+            return
+        self._kill(e.pid)
+        os.waitpid(e.pid, 0)
+        e.close()
+
+    def run(self, req: dict, raw: bytes) -> tuple[dict, list[bytes]]:
+        lim = req["limits"]
+        e = self.prepare(int(lim["disk_mb"]))
+        self.ready = None
+        start = time.monotonic()
+        try:
+            _write_all(e.req_w, raw)
+        except BrokenPipeError:
+            pass  # E died before its run: judged below from its exit status
+        os.close(e.req_w)
+        e.req_w = -1
+        pid, watch, res_r = e.pid, e.watch, e.res_r
+        out_r, err_r = e.out_r, e.err_r
+        if not req.get("tests"):
+            os.close(res_r)
+            e.res_r = res_r = -1
         pidfd = watch.fd
         cap = lim["output_bytes"]
         bufs = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray()}
@@ -312,24 +378,17 @@ class Zygote:
                 break  # daemons may hold the pipes open; the tree is killed below
         wall = time.monotonic() - start
         _, status, ru = os.wait4(pid, 0)
-        watch.close()
         if not self.namespaces:
             _killpg(pid)  # whatever the program left in its process group
-        marks = _read_all(ready_r)
-        for fd in (out_r, err_r, res_r, ready_r):
-            if fd >= 0:
-                os.close(fd)
-        if scratch:
-            import shutil
-
-            shutil.rmtree(scratch, ignore_errors=True)
+        marks = _read_all(e.ready_r)
+        e.close()
         code = os.waitstatus_to_exitcode(status)
-        died = self.harness.death_signal(marks[1:], secret[0]) if len(marks) > 1 else None
+        died = self.harness.death_signal(marks[1:], e.key) if len(marks) > 1 else None
         if died and os.WIFEXITED(status):  # pid 1 ended by a default-fatal signal (harness.die)
             code = -died
         tests = forged = None
         if res_r >= 0:
-            tests, forged = self.harness.parse_results(bytes(bufs[res_r]), secret[0])
+            tests, forged = self.harness.parse_results(bytes(bufs[res_r]), e.key)
         header = {
             "exit_code": code,
             "timed_out": timed_out,
@@ -342,6 +401,7 @@ class Zygote:
             "tests": tests,
             "forged": forged,
         }
+        self.last_disk_mb = int(lim["disk_mb"])
         return header, [bytes(bufs[out_r]), bytes(bufs[err_r])]
 
     def _kill(self, pid: int) -> None:
@@ -352,6 +412,43 @@ class Zygote:
                 _killpg(pid)
         except ProcessLookupError:
             pass
+
+
+@dataclass
+class _Ready:
+    """A forked E waiting for its request, and the zygote's ends of its pipes."""
+
+    pid: int
+    watch: Any  # _harness.ExitWatch
+    req_w: int
+    out_r: int
+    err_r: int
+    res_r: int
+    ready_r: int
+    key: bytes
+    disk_mb: int
+    scratch: str | None
+
+    def close(self) -> None:
+        self.watch.close()
+        for fd in (self.req_w, self.out_r, self.err_r, self.res_r, self.ready_r):
+            if fd >= 0:
+                os.close(fd)
+        if self.scratch:
+            import shutil
+
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _move(fd: int, to: int) -> None:
+    os.dup2(fd, to)
+    os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _killpg(pid: int) -> None:
@@ -384,7 +481,8 @@ def main() -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # stray prints from the zygote never corrupt the channel
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # a write to a pre-forked E that died must fail with EPIPE, not kill the zygote
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     config, blobs = read_frame(inp)
     zygote = Zygote(config, blobs[0] if blobs else b"")
@@ -392,13 +490,15 @@ def main() -> None:
     write_frame(out, {"ready": True, "pid": os.getpid(), "python": sys.version.split()[0]})
     while True:
         try:
-            req, blobs = read_frame(inp)
+            raw = read_raw(inp)
         except EOFError:
+            zygote.discard()
             return
+        req, blobs = parse_frame(raw)
         op = req.get("op")
         try:
             if op == "run":
-                header, out_blobs = zygote.run(req, blobs)
+                header, out_blobs = zygote.run(req, raw)
             elif op == "ping":
                 header, out_blobs = {"pong": True}, []
             else:
@@ -406,6 +506,11 @@ def main() -> None:
         except Exception as exc:
             header, out_blobs = {"error": f"{type(exc).__name__}: {exc}"}, []
         write_frame(out, header, out_blobs)
+        if op == "run" and zygote.last_disk_mb is not None:
+            try:  # fork the next E while the host reads this answer
+                zygote.prepare(zygote.last_disk_mb)
+            except Exception:  # the next run prepares again, and reports what failed
+                zygote.ready = None
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from codegym.sandbox import Sandbox
 from codegym.tasks.synthetic import generate
 from codegym.train.config import TrainConfig
 from codegym.train.policy import LocalPolicy
-from codegym.train.trainer import Trainer
+from codegym.train.trainer import training_executor
 
 __all__ = ["heldout_pass_rate"]
 
@@ -40,13 +40,10 @@ async def heldout_pass_rate(
         raise ValueError("heldout_pass_rate: set tasks.heldout_tasks >= 1 and samples >= 1")
     tasks = generate(t.family, t.heldout_tasks, t.heldout_seed, t.difficulty)
     policy = LocalPolicy(model_dir, max_batch=config.sampling.max_batch)
-    # The trainer's executor wiring, reused so the evaluation sees exactly what training saw.
-    wiring = Trainer.__new__(Trainer)
-    wiring.config, wiring.policy = config, policy
     t0 = time.perf_counter()
     async with Sandbox(tier=config.sandbox.tier, workers=config.sandbox.workers) as sb:
         engine = RolloutEngine(
-            wiring._executor(sb),
+            training_executor(config, policy, sb),
             RolloutConfig(
                 group_size=samples, env_concurrency=config.sandbox.env_concurrency, seed=seed
             ),

@@ -194,22 +194,7 @@ class Trainer:
         return rng.sample(self.pool, k)
 
     def _executor(self, sandbox: Sandbox) -> LocalExecutor:
-        c = self.config
-        params = SamplingParams(
-            temperature=c.sampling.temperature,
-            max_tokens=c.sampling.max_new_tokens,
-            stop=c.sampling.stop,
-        )
-        return LocalExecutor(
-            EnvSpec(c.env.name, dict(c.env.options)),
-            self.policy,
-            params,
-            Resources(sandbox, limits=c.sandbox.limits()),
-            prompt="completions",
-            tokenizer=PromptTokenizer(self.policy.tokenizer),
-            env_concurrency=c.sandbox.env_concurrency,
-            version=self.policy.current_version,
-        )
+        return training_executor(self.config, self.policy, sandbox)
 
     async def rollout(
         self, executor: LocalExecutor, step: int
@@ -357,3 +342,28 @@ class Trainer:
         self.model.save_pretrained(target, safe_serialization=True)
         self.policy.tokenizer.save_pretrained(target)
         return target
+
+
+def training_executor(
+    config: TrainConfig, policy: TrainablePolicy, sandbox: Sandbox
+) -> LocalExecutor:
+    """The rollout executor training uses: its env, sampling, limits and prompt format.
+
+    Evaluations of a trained model build theirs here too, so they see what training saw.
+    """
+    c = config
+    params = SamplingParams(
+        temperature=c.sampling.temperature,
+        max_tokens=c.sampling.max_new_tokens,
+        stop=c.sampling.stop,
+    )
+    return LocalExecutor(
+        EnvSpec(c.env.name, dict(c.env.options)),
+        policy,
+        params,
+        Resources(sandbox, limits=c.sandbox.limits()),
+        prompt="completions",
+        tokenizer=PromptTokenizer(policy.tokenizer),
+        env_concurrency=c.sandbox.env_concurrency,
+        version=policy.current_version,
+    )
