@@ -248,6 +248,9 @@ class Zygote:
             for path in self.cgroup_procs:
                 with open(path, "w") as f:
                     f.write("0")
+            os.environ.clear()
+            os.environ.update(self.cfg["env"])
+            self.harness.standby()
             with os.fdopen(5, "rb") as inp:
                 req, blobs = read_frame(inp)  # blocks until the zygote hands over a run
             if req.get("stdin") is not None:
@@ -262,9 +265,8 @@ class Zygote:
                 bool(self.cfg.get("rlimit_as")),
                 bool(self.cfg.get("nproc")),
             )
-            os.environ.clear()
-            os.environ.update(self.cfg["env"])
-            os.environ.update(req.get("env") or {})
+            if req.get("env"):
+                os.environ.update(req["env"])
             os.write(4, b"R")  # set-up done; from here on the program is in charge
             code = self.harness.run(req, blobs, channel)
         except EOFError:

@@ -176,7 +176,8 @@ class SandboxCgroup(_cgroups.WorkerCgroup):
     def stats(self) -> _cgroups.Stats:
         mem = self._ctl("memory", slot=False)
         events = "memory.oom_control" if self.v == 1 else "memory.events"
-        return _cgroups.Stats(None, None, _cgroups._keyed(mem / events).get("oom_kill", 0))
+        ooms = _cgroups._keyed(self._read(mem / events)).get("oom_kill", 0)
+        return _cgroups.Stats(None, None, ooms)
 
 
 def runsc_flags(runsc: str, state: Path, platform: str) -> list[str]:
