@@ -178,7 +178,7 @@ def create_app(
     app.state.service = state
     bearer = HTTPBearer(auto_error=False, description="The service token (--token).")
 
-    def authorized(
+    async def authorized(  # async: a sync dependency would cost a thread hop per request
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> None:
         if not config.auth:
