@@ -129,16 +129,38 @@ def bench_overhead(quick: bool) -> None:
         copies = max(1, -(-20 * concurrency // tasks_n))
         requests = tasks_n * copies
         with fake_server(latency) as url:
+            bare = asyncio.run(bare_client(url, n, concurrency, tasks_n, copies))
             secs, count = asyncio.run(eval_once(url, n, concurrency, None, tasks_n, copies=copies))
         # the best any runner can do: whole waves of `concurrency` requests, or the sandbox
         waves = -(-requests // concurrency)
         ideal = min(requests * n / (waves * latency), capacity)
-        steady = min(concurrency * n / latency, capacity)
+        bare = min(bare, capacity)
+        got = count / secs
         print(
-            f"  {concurrency:3d} in flight, {requests} requests: ideal {ideal:6.1f}/s"
-            f" (steady state {steady:.1f}/s), achieved {count / secs:6.1f}/s"
-            f" = {count / secs / ideal:.0%} of ideal, {count / secs / steady:.0%} of steady"
+            f"  {concurrency:3d} in flight, {requests} requests: ideal {ideal:6.1f}/s,"
+            f" bare client {bare:6.1f}/s, runner {got:6.1f}/s"
+            f" = {got / ideal:.0%} of ideal, {got / bare:.0%} of the bare client"
         )
+
+
+async def bare_client(base_url: str, n: int, concurrency: int, tasks_n: int, copies: int) -> float:
+    """Samples/s of a bare aiohttp loop sending the same requests: the server's real
+    latency (its fixed delay plus its own handling), with no runner and no scoring."""
+    import aiohttp
+
+    prompts = [t.prompt for t in list(load_humaneval())[:tasks_n]] * copies
+    sem = asyncio.Semaphore(concurrency)
+    body = {"model": "fake-model", "max_tokens": 512, "n": n, "temperature": 0.0}
+    async with aiohttp.ClientSession() as http:
+
+        async def one(prompt: str) -> None:
+            url = f"{base_url}/completions"
+            async with sem, http.post(url, json={**body, "prompt": prompt}) as r:
+                await r.read()
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one(p) for p in prompts))
+    return len(prompts) * n / (time.perf_counter() - start)
 
 
 def bench_resume(quick: bool) -> None:
