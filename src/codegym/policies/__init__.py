@@ -4,15 +4,16 @@
 exactly ``params.n`` of them, or ``PolicyError``). Implementations: ``OpenAIPolicy`` (any
 OpenAI-compatible server) and ``ReplayPolicy`` (completions from a samples file).
 ``extract_code`` / ``outcome_for_generation`` turn a generation into code to score, or into
-the model outcomes ``no_code`` / ``truncated``. ``OpenAIPolicy`` loads on first use: the
-``openai`` SDK costs about a second to import, which commands that never call a server
+the model outcomes ``no_code`` / ``truncated``. ``OpenAIPolicy`` loads on first use: aiohttp
+takes about 0.2 s to import, which commands that never call a server
 should not pay.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from codegym._lazy import lazy_exports
 from codegym.policies.errors import PolicyError
 from codegym.policies.extract import extract_code, outcome_for_generation
 
@@ -37,10 +38,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "OpenAIPolicy":
-        from codegym.policies.openai_policy import OpenAIPolicy
-
-        globals()[name] = OpenAIPolicy
-        return OpenAIPolicy
-    raise AttributeError(f"module 'codegym.policies' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {"OpenAIPolicy": "codegym.policies.openai_policy"})

@@ -8,8 +8,9 @@ Names load on first use, so the CLI does not pay for FastAPI unless it serves.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from codegym._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from codegym.service.app import ServiceConfig, create_app
@@ -27,14 +28,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'codegym.service' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "RemoteSandbox",
