@@ -328,6 +328,9 @@ class Zygote:
     def run(self, req: dict, raw: bytes) -> tuple[dict, list[bytes]]:
         lim = req["limits"]
         e = self.prepare(int(lim["disk_mb"]))
+        if os.waitid(os.P_PID, e.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            self.discard()  # the idle E died (killed from outside): fork afresh
+            e = self.prepare(int(lim["disk_mb"]))
         self.ready = None
         self._enter_slot(e.pid)
         start = time.monotonic()

@@ -1,0 +1,105 @@
+"""The run's process is forked before its request: what that must not change.
+
+The zygote keeps one idle child set up for the next run (see ``_zygote``). A run must
+still get the tmpfs size it asked for, and a pool must keep serving when that idle child
+dies before its request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from codegym.sandbox import HostUnsupported, Limits, Sandbox, Verdict
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+# Two 10 MB files: each is under the per-file limit (RLIMIT_FSIZE = disk_mb), together
+# they overflow a 16 MB tmpfs but fit a 64 MB one.
+FILL = """
+import os
+for name in ("a", "b"):
+    try:
+        with open(f"/tmp/{name}", "wb") as f:
+            f.write(b"x" * (10 << 20))
+        print(name, "ok")
+    except OSError as e:
+        print(name, os.strerror(e.errno))
+"""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def sb() -> AsyncIterator[Sandbox]:
+    box = Sandbox(tier="jail", workers=1)
+    try:
+        await box.start()
+    except HostUnsupported as e:
+        pytest.skip(str(e))
+    try:
+        yield box
+    finally:
+        await box.close()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def _idle_children(sb: Sandbox) -> list[int]:
+    """Host pids of the zygote's children: bwrap -> bwrap's pid 1 -> zygote -> child."""
+    (worker,) = sb._workers
+    assert worker.proc is not None
+    level = [worker.proc.pid]
+    for _ in range(3):
+        level = [c for p in level for c in _children(p)]
+    return level
+
+
+async def test_each_run_gets_the_tmpfs_size_it_asks_for(sb: Sandbox) -> None:
+    # the idle child was set up for the previous run's size: a new size needs a new child
+    for disk_mb, second in (
+        (16, "No space left on device"),
+        (64, "ok"),
+        (16, "No space left on device"),
+    ):
+        r = await sb.run_python(FILL, limits=Limits(disk_mb=disk_mb, memory_mb=512))
+        assert r.verdict == Verdict.OK, (r.reason, r.stderr[-300:])
+        assert r.stdout.splitlines() == ["a ok", f"b {second}"], (disk_mb, r.stdout)
+
+
+async def test_an_idle_child_killed_from_outside_is_replaced(sb: Sandbox) -> None:
+    r = await sb.run_python("print(1)")
+    assert r.verdict == Verdict.OK
+    idle = _idle_children(sb)
+    assert len(idle) == 1, idle  # the next run's child, waiting for its request
+    os.kill(idle[0], signal.SIGKILL)
+    for _ in range(200):  # dead while idle (a kill racing the request is an infra retry)
+        if _state(idle[0]) in ("Z", "gone"):
+            break
+        await asyncio.sleep(0.01)
+    infra, recycles = sb.infra_count, sb.recycles
+    r = await sb.run_python("print(2)")
+    assert (r.verdict, r.stdout) == (Verdict.OK, "2\n"), (r.reason, r.stderr[-300:])
+    assert (sb.infra_count, sb.recycles) == (infra, recycles)  # no retry, no restart
