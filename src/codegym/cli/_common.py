@@ -5,12 +5,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
 from codegym.store import Store, StoreError
+
+# Options the long-running commands share (eval, rollout, train).
+MetricsPortOption = Annotated[
+    int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+]
+TraceFileOption = Annotated[
+    Path | None, typer.Option(help="Write OpenTelemetry spans to this JSONL file.")
+]
 
 console = Console(stderr=True)
 

@@ -37,9 +37,9 @@ class ScoreProgress:
         )
 
 
-@contextmanager
-def score_progress(total: int, label: str, quiet: bool) -> Iterator[ScoreProgress]:
-    with Progress(
+def stats_bar(label: str, quiet: bool) -> Progress:
+    """A progress bar with a free-form ``stats`` field after the count."""
+    return Progress(
         TextColumn(f"[bold]{label}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -47,5 +47,10 @@ def score_progress(total: int, label: str, quiet: bool) -> Iterator[ScoreProgres
         TimeElapsedColumn(),
         console=console,
         disable=quiet,
-    ) as bar:
+    )
+
+
+@contextmanager
+def score_progress(total: int, label: str, quiet: bool) -> Iterator[ScoreProgress]:
+    with stats_bar(label, quiet) as bar:
         yield ScoreProgress(bar, total)

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from codegym.cli._common import (
+    MetricsPortOption,
+    TraceFileOption,
     console,
     fail,
     finish_in_store,
@@ -76,12 +78,8 @@ def eval_(
     mlflow_uri: Annotated[
         str | None, typer.Option(help="MLflow tracking URI (default ./mlruns).")
     ] = None,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT.")
-    ] = None,
-    trace_file: Annotated[
-        Path | None, typer.Option(help="Write OpenTelemetry spans to this JSONL file.")
-    ] = None,
+    metrics_port: MetricsPortOption = None,
+    trace_file: TraceFileOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Sample a model on a suite, score every sample in the sandbox, write a run folder.

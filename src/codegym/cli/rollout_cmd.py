@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from codegym.cli._common import fail, open_store, start_telemetry
+from codegym.cli._common import (
+    MetricsPortOption,
+    TraceFileOption,
+    fail,
+    open_store,
+    start_telemetry,
+)
 from codegym.envs import ENVS, EnvError, Resources, Trajectory
 from codegym.policies import PolicyError, SamplingParams
 from codegym.rollout import (
@@ -100,12 +106,8 @@ def rollout(
     ray_actors: Annotated[
         int, typer.Option(help="Ray worker actors, each with its own sandbox pool.")
     ] = 2,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT.")
-    ] = None,
-    trace_file: Annotated[
-        Path | None, typer.Option(help="Write OpenTelemetry spans to this JSONL file.")
-    ] = None,
+    metrics_port: MetricsPortOption = None,
+    trace_file: TraceFileOption = None,
 ) -> None:
     """Run GROUPS × GROUP_SIZE episodes of an env against a model server; write a run folder."""
     start_telemetry(metrics_port, trace_file)

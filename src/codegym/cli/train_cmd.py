@@ -17,9 +17,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from codegym.cli._common import console, fail, mlflow_run, start_telemetry
+from codegym.cli._common import (
+    MetricsPortOption,
+    TraceFileOption,
+    console,
+    fail,
+    mlflow_run,
+    start_telemetry,
+)
+from codegym.cli._progress import stats_bar
 
 
 def _line(m: dict[str, Any]) -> str:
@@ -38,16 +45,12 @@ def train(
     ] = None,
     steps: Annotated[int | None, typer.Option(help="override run.steps")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="Serve Prometheus metrics on 127.0.0.1:PORT.")
-    ] = None,
+    metrics_port: MetricsPortOption = None,
     mlflow: Annotated[bool, typer.Option(help="Track the run in MLflow.")] = False,
     mlflow_uri: Annotated[
         str | None, typer.Option(help="MLflow tracking URI (default ./mlruns).")
     ] = None,
-    trace_file: Annotated[
-        Path | None, typer.Option(help="Write OpenTelemetry spans to this JSONL file.")
-    ] = None,
+    trace_file: TraceFileOption = None,
 ) -> None:
     """GRPO-train a model on synthetic tasks with the settings in CONFIG."""
     start_telemetry(metrics_port, trace_file)
@@ -70,15 +73,7 @@ def train(
         fail(f"{model_dir}: not a Hugging Face model directory (no config.json)")
     with (
         mlflow_run(mlflow, mlflow_uri, f"train-{config.stem}", cfg.model_dump(mode="json")) as mf,
-        Progress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeElapsedColumn(),
-            console=console,
-            disable=quiet,
-        ) as bar,
+        stats_bar("train", quiet) as bar,
     ):
         job = bar.add_task("train", total=cfg.run.steps, stats="")
 
