@@ -1,8 +1,12 @@
-"""The run's process is forked before its request: what that must not change.
+"""How run processes are forked: what that must not change.
 
 The zygote keeps one idle child set up for the next run (see ``_zygote``). A run must
 still get the tmpfs size it asked for, and a pool must keep serving when that idle child
 dies before its request.
+
+Single-threaded forks skip CPython's at-fork hooks (``_harness.fork``). Runs must still
+each get their own ``random`` stream, as after ``os.fork``, and threads and imports must
+work in the child, including in the per-test forks after a program started threads.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from codegym.sandbox import HostUnsupported, Limits, Sandbox, Verdict
+from codegym.sandbox import AssertTest, HostUnsupported, Limits, Sandbox, Verdict
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -103,3 +107,52 @@ async def test_an_idle_child_killed_from_outside_is_replaced(sb: Sandbox) -> Non
     r = await sb.run_python("print(2)")
     assert (r.verdict, r.stdout) == (Verdict.OK, "2\n"), (r.reason, r.stderr[-300:])
     assert (sb.infra_count, sb.recycles) == (infra, recycles)  # no retry, no restart
+
+
+async def test_every_run_and_every_forked_test_gets_its_own_random_stream(sb: Sandbox) -> None:
+    runs = [await sb.run_python("import random; print(random.random())") for _ in range(3)]
+    assert all(r.verdict == Verdict.OK for r in runs)
+    assert len({r.stdout for r in runs}) == 3, [r.stdout for r in runs]
+    # several assert tests fork once each: each fork reseeds, as os.fork() does
+    tests = [AssertTest("print(random.random())")] * 3
+    r = await sb.run_tests("import random\n", tests)
+    assert r.verdict == Verdict.OK and all(t.passed for t in r.tests), r.tests
+    draws = r.stdout.split()
+    assert len(draws) == 3 and len(set(draws)) == 3, r.stdout
+
+
+THREADS = """
+import threading
+seen = []
+def work(i):
+    import json, decimal  # imports from threads: the import lock must be free
+    seen.append(json.dumps(str(decimal.Decimal(i) / 4)))
+threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(sorted(seen), threading.active_count())
+"""
+
+
+async def test_threads_and_imports_work_in_a_run(sb: Sandbox) -> None:
+    r = await sb.run_python(THREADS, limits=Limits(wall_s=10))
+    assert (r.verdict, r.stdout) == (
+        Verdict.OK,
+        "['\"0\"', '\"0.25\"', '\"0.5\"', '\"0.75\"'] 1\n",
+    ), (
+        r.stdout,
+        r.stderr[-300:],
+    )
+
+
+async def test_per_test_forks_after_the_program_started_a_thread(sb: Sandbox) -> None:
+    # a live thread makes the harness take os.fork()'s full at-fork path for each test
+    code = (
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+    )
+    tests = [AssertTest("import fractions; assert threading.active_count() == 1")] * 2
+    r = await sb.run_tests(code, tests, limits=Limits(wall_s=10))
+    assert [t.passed for t in r.tests] == [True, True], [(t.verdict, t.detail) for t in r.tests]
