@@ -67,7 +67,7 @@ async def _policy_client(base_url: str, n: int, concurrency: int) -> None:
 
 def measure(requests: int, concurrency: int, latency_s: float) -> dict[str, Any]:
     # -W: runpy warns that the package __init__ imported the module it is about to run
-    argv = ["-W", "ignore::RuntimeWarning", "-m", "codegym.testing.fake_openai"]
+    argv = ["-m", "codegym.testing.fake_openai"]
     proc = subprocess.Popen(
         [sys.executable, *argv, "--latency", str(latency_s)],
         stdout=subprocess.PIPE,
