@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from codegym.sandbox.errors import SandboxInputError
 
@@ -68,6 +68,8 @@ class Limits:
         return max(3 * self.cpu_s, self.cpu_s + 2)
 
     def to_wire(self) -> dict[str, float | int]:
-        d = asdict(self)
+        # the fields are plain numbers: a shallow copy does what asdict's deep copy did, at
+        # a tenth of its cost on every run
+        d: dict[str, float | int] = dict(vars(self))
         d["wall_s"] = self.wall
         return d
