@@ -1,6 +1,6 @@
 """The signed result channel and the verdict rules that distrust the program (pure, no I/O).
 
-The hostile end-to-end versions live in ``test_hostile.py`` (``test_forge_*``); these pin
+The hostile end-to-end versions live in ``test_hostile_state.py`` (``test_forge_*``); these pin
 the verification itself: a line counts only with the run's key, over its exact payload.
 """
 

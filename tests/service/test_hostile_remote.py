@@ -1,5 +1,5 @@
 """Hostile programs through the service: the same verdicts as in-process, and the service
-keeps serving. A representative subset of tests/sandbox/test_hostile.py, one hostile
+keeps serving. A representative subset of tests/sandbox/test_hostile*.py, one hostile
 property per test (resources, network, escapes, privileges, orphans, secrets)."""
 
 from __future__ import annotations
