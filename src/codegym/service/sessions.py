@@ -121,15 +121,19 @@ class SessionManager:
             for sid, e in self._entries.items()
             if e.busy == 0 and now - e.last_used > self.idle_ttl_s
         ]
-        for sid in stale:
-            entry = self._entries.pop(sid, None)
-            if entry is not None:
-                log.info("session %s idle for %.0f s: closed", sid[:6], now - entry.last_used)
-                await entry.session.close()
-        self.expired += len(stale)
-        m.SESSIONS_EXPIRED.inc(len(stale))
+        # take them all out (and say so in the gauge) before the slow closes, so nothing
+        # reads a session count that includes sessions already gone
+        gone = [(sid, e) for sid in stale if (e := self._entries.pop(sid, None)) is not None]
+        self.expired += len(gone)
+        m.SESSIONS_EXPIRED.inc(len(gone))
         m.SESSIONS.set(len(self._entries))
-        return len(stale)
+        for sid, entry in gone:
+            log.info("session %s idle for %.0f s: closed", sid[:6], now - entry.last_used)
+            try:
+                await entry.session.close()
+            except Exception:  # one failed close must not leave the others open
+                log.exception("closing idle session %s failed", sid[:6])
+        return len(gone)
 
     def start_collector(self) -> None:
         async def loop() -> None:
