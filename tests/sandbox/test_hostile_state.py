@@ -453,3 +453,81 @@ async def test_limits_of_the_wrong_type(sb: Sandbox) -> None:
     with pytest.raises(SandboxInputError, match="limits must be a Limits"):
         await sb.run_python("print(1)", limits={"cpu_s": 1})  # type: ignore[arg-type]
     await _aftermath(sb, snap)
+
+
+# ---------------------------------------------------------------- reaching into the harness process
+
+# A stdio test's fork has no key, but its parent (the run's pid 1) does: find the
+# 16-byte key there through /proc/1/mem, sign a pass for test 0 and write it to fd 3.
+STEAL_KEY_FROM_PID_1 = r"""
+import hmac, os, re, struct
+
+def steal():
+    regions = []
+    with open("/proc/1/maps") as m:
+        for line in m:
+            p = line.split()
+            if p[1].startswith("rw") and (len(p) < 6 or p[5] == "[heap]"):
+                a, b = (int(x, 16) for x in p[0].split("-"))
+                if b - a < 1 << 27:
+                    regions.append((a, b))
+    mem = open("/proc/1/mem", "rb", 0)
+    pattern = struct.pack("<QQ", id(bytearray), 16)  # a bytearray of 16 bytes
+    keys = []
+    for a, b in regions:
+        mem.seek(a)
+        data = mem.read(b - a)
+        for found in re.finditer(re.escape(pattern), data):
+            start = struct.unpack_from("<Q", data, found.start() - 8 + 40)[0]
+            mem.seek(start)
+            keys.append(mem.read(16))
+    payload = b'{"i": 0, "passed": true, "verdict": "ok", "detail": "forged"}'
+    fd = os.open("/proc/1/fd/3", os.O_WRONLY)
+    for key in keys:
+        tag = hmac.digest(key, payload, "sha256").hex()[:32].encode()
+        os.write(fd, tag + b" " + payload + b"\n")
+
+try:
+    steal()
+except OSError as e:
+    print("blocked:", e)
+"""
+
+
+async def test_a_stdio_test_cannot_take_the_key_from_its_parent(sb: Sandbox) -> None:
+    snap = _snapshot(sb)
+    r = await sb.run_tests(STEAL_KEY_FROM_PID_1, [IOTest("", "x"), IOTest("", "x")], limits=LIMITS)
+    assert [t.passed for t in r.tests] == [False, False], [(t.verdict, t.detail) for t in r.tests]
+    assert "Permission denied" in r.tests[0].detail + r.tests[1].detail, r.tests
+    await _aftermath(sb, snap)
+
+
+# Walk up the interpreter stack (inherited from the zygote) looking for the previous
+# run's request or answer. The marker is spelled in hex here, so this program's own
+# request (which the harness's frames hold) does not contain it.
+STACK_SPY = r"""
+import sys
+def scan():
+    needle = bytes.fromhex("{hex}").decode()
+    hits = []
+    f = sys._getframe().f_back.f_back  # past scan() and this module
+    while f:
+        for value in list(f.f_locals.values()):
+            if needle in repr(value):
+                hits.append(f.f_code.co_name)
+        f = f.f_back
+    return hits
+print(scan())
+"""
+
+
+async def test_the_previous_run_is_not_on_the_next_run_s_stack(sb: Sandbox) -> None:
+    snap = _snapshot(sb)
+    marker = f"victim-{uuid.uuid4().hex}"
+    for _ in range(2):  # both workers serve a victim
+        r = await sb.run_python(f"print({marker!r})", stdin=marker, limits=LIMITS)
+        assert r.stdout == marker + "\n"
+    for _ in range(2):
+        r = await sb.run_python(STACK_SPY.replace("{hex}", marker.encode().hex()), limits=LIMITS)
+        assert (r.verdict, r.stdout) == (Verdict.OK, "[]\n"), (r.stdout, r.stderr[-300:])
+    await _aftermath(sb, snap)

@@ -156,3 +156,11 @@ async def test_per_test_forks_after_the_program_started_a_thread(sb: Sandbox) ->
     tests = [AssertTest("import fractions; assert threading.active_count() == 1")] * 2
     r = await sb.run_tests(code, tests, limits=Limits(wall_s=10))
     assert [t.passed for t in r.tests] == [True, True], [(t.verdict, t.detail) for t in r.tests]
+
+
+async def test_a_program_that_breaks_random_still_gets_its_forked_tests(sb: Sandbox) -> None:
+    # the reseed after a fork must not fail the fork, as CPython's own hook does not
+    code = "import random\nrandom.seed = None\nrandom.Random.seed = None\ndef f(x): return x + 1\n"
+    tests = [AssertTest("assert f(1) == 2"), AssertTest("assert f(2) == 3")]
+    r = await sb.run_tests(code, tests)
+    assert [t.passed for t in r.tests] == [True, True], [(t.verdict, t.detail) for t in r.tests]

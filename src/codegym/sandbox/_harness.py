@@ -230,10 +230,13 @@ def fork(clone_flags: int = 0) -> int:
     else:
         pid = _libc.fork()  # glibc's, so its own state (locks, cached tid) is reset
     if pid == 0:
-        if hooks:
-            _libc.PyOS_AfterFork_Child()
-        elif "random" in sys.modules:
-            sys.modules["random"].seed()
+        try:
+            if hooks:
+                _libc.PyOS_AfterFork_Child()
+            else:
+                _reseed_random()
+        except BaseException:
+            os._exit(125)  # never let the child go on as its parent
         return 0
     if hooks:
         _libc.PyOS_AfterFork_Parent()
@@ -241,6 +244,19 @@ def fork(clone_flags: int = 0) -> int:
         err = ctypes.get_errno()
         raise OSError(err, f"fork: {os.strerror(err)}")
     return pid
+
+
+def _reseed_random() -> None:
+    """What CPython's own at-fork hook for ``random`` does (``_inst.seed()``), with its
+    failures ignored as CPython ignores them: a program that broke ``random`` gets what it
+    broke, and the fork goes on."""
+    mod = sys.modules.get("random")
+    if mod is None:
+        return
+    try:
+        mod.Random.seed(mod._inst)
+    except Exception:
+        pass
 
 
 def _single_threaded() -> bool:

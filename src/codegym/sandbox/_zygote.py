@@ -58,6 +58,7 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 SYS_CAPSET = 126
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 PR_SET_PDEATHSIG = 1
@@ -139,6 +140,10 @@ class PrivilegeDrop:
     def __call__(self) -> None:
         _check(_libc.syscall(SYS_CAPSET, self.header, self.data), "capset")
         _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        # Not dumpable: the processes the program forks (same uid) cannot open this
+        # one's /proc/PID/mem or fd/, where the run's key and result pipe are. A child
+        # inherits the flag; an exec'd command gets it back, but holds no key.
+        _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "dumpable")
         if self.prog is not None:
             _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self.prog, 0, 0), "seccomp")
 
@@ -302,9 +307,12 @@ class Zygote:
         secret = [os.urandom(16)]  # this run's key; see Channel
         pid = self._spawn()
         if pid == 0:
-            for fd in (out_r, err_r, res_r, ready_r, req_w, *self.channel_fds):
-                os.close(fd)
-            self._child(fds, secret, disk_mb, scratch)
+            try:
+                for fd in (out_r, err_r, res_r, ready_r, req_w, *self.channel_fds):
+                    os.close(fd)
+                self._child(fds, secret, disk_mb, scratch)
+            finally:
+                os._exit(125)  # _child never returns: nothing may reach the zygote's loop
         for fd in fds.values():
             os.close(fd)
         watch = self.harness.ExitWatch(pid)  # a pidfd, or gVisor's stand-in for one
@@ -521,6 +529,9 @@ def main() -> None:
         except Exception as exc:
             header, out_blobs = {"error": f"{type(exc).__name__}: {exc}"}, []
         write_frame(out, header, out_blobs)
+        # the next E is forked from this frame: it must not hold this run's request or
+        # answer (a program could walk up the stack to them)
+        del raw, req, blobs, header, out_blobs
         if op == "run" and zygote.last_disk_mb is not None:
             try:  # fork the next E while the host reads this answer
                 zygote.prepare(zygote.last_disk_mb)
