@@ -136,10 +136,11 @@ def _stray_processes() -> set[tuple[int, bytes]]:
     """Live host processes of the sandbox uid that no worker accounts for.
 
     A worker is three sandbox-uid processes under this test process (bwrap, bwrap's pid 1,
-    the zygote), and between runs the zygote has exactly one child with none of its own: the
-    next run's process, forked ahead and waiting for its request. Anything else that deep
-    is a leftover, and so is a sandbox-uid process orphaned to one of our ancestors (init
-    or a subreaper).
+    the zygote), and between runs the zygote has two children with none of their own: its
+    forker, in the zygote's pid namespace, and the next run's process, forked ahead in a
+    pid namespace of its own and waiting for its request. Anything else that deep is a
+    leftover, and so is a sandbox-uid process orphaned to one of our ancestors (init or a
+    subreaper).
     Sandbox-uid processes under another process belong to someone else (a concurrent test
     run) and are ignored. So are zombies: they run nothing, and this host's init may never
     reap them.
@@ -152,7 +153,7 @@ def _stray_processes() -> set[tuple[int, bytes]]:
         cur = procs[cur].ppid
         ancestors.add(cur)
     stray = set()
-    prepared: dict[int, list[int]] = {}  # zygote pid -> its children
+    prepared: dict[tuple[int, bool], list[int]] = {}  # (zygote, same pid ns) -> children
     parents = {p.ppid for p in procs.values()}
     for pid, p in procs.items():
         if p.uid != UID or p.state in "ZX" or pid == me:
@@ -161,12 +162,20 @@ def _stray_processes() -> set[tuple[int, bytes]]:
         while node.ppid != me and node.ppid in procs and procs[node.ppid].uid == UID:
             node, depth = procs[node.ppid], depth + 1
         if node.ppid == me and depth == 3 and pid not in parents:
-            prepared.setdefault(p.ppid, []).append(pid)
+            forker = _pid_ns(pid) == _pid_ns(p.ppid)
+            prepared.setdefault((p.ppid, forker), []).append(pid)
         elif (node.ppid == me and depth > 2) or (node.ppid != me and node.ppid in ancestors):
             stray.add((pid, p.cmdline))
     for children in prepared.values():
         stray.update((pid, procs[pid].cmdline) for pid in children[1:])
     return stray
+
+
+def _pid_ns(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return f"gone-{pid}"
 
 
 def _processes_with(marker: str) -> list[bytes]:

@@ -5,6 +5,7 @@ shared pool: ``hostile_kit``."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import uuid
 from pathlib import Path
@@ -530,4 +531,41 @@ async def test_the_previous_run_is_not_on_the_next_run_s_stack(sb: Sandbox) -> N
     for _ in range(2):
         r = await sb.run_python(STACK_SPY.replace("{hex}", marker.encode().hex()), limits=LIMITS)
         assert (r.verdict, r.stdout) == (Verdict.OK, "[]\n"), (r.stdout, r.stderr[-300:])
+    await _aftermath(sb, snap)
+
+
+# Read this process's whole memory (it is a fork of the sandbox's warm interpreter) for
+# "victim-" + 32 hex digits whose sha256 is the victim's. The prefix is split in the
+# source, so this program's own text never matches.
+HEAP_SPY = r"""
+import ctypes, hashlib, re
+want = "{digest}"
+pattern = re.escape(("vic" + "tim-").encode()) + rb"[0-9a-f]{32}"
+hits = 0
+with open("/proc/self/maps") as maps:
+    regions = [line.split() for line in maps]
+for p in regions:
+    if "r" not in p[1] or (len(p) > 5 and p[5].startswith("[v")):
+        continue
+    a, b = (int(x, 16) for x in p[0].split("-"))
+    if b - a > 1 << 28:
+        continue
+    for found in re.finditer(pattern, ctypes.string_at(a, b - a)):
+        hits += hashlib.sha256(found.group()).hexdigest() == want
+print(hits)
+"""
+
+
+async def test_the_next_run_finds_nothing_of_an_earlier_one_in_its_memory(sb: Sandbox) -> None:
+    # freed memory keeps its bytes: the next run's process must come from an image
+    # that never held another run's code, stdin or output
+    snap = _snapshot(sb)
+    marker = f"victim-{uuid.uuid4().hex}"
+    for _ in range(2):  # both workers serve the victim: its code, stdin and output
+        r = await sb.run_python(f"print({marker!r}, input())", stdin=marker, limits=LIMITS)
+        assert r.stdout == f"{marker} {marker}\n"
+    digest = hashlib.sha256(marker.encode()).hexdigest()
+    for _ in range(2):
+        r = await sb.run_python(HEAP_SPY.replace("{digest}", digest), limits=LIMITS)
+        assert (r.verdict, r.stdout) == (Verdict.OK, "0\n"), (r.stdout, r.stderr[-300:])
     await _aftermath(sb, snap)

@@ -72,13 +72,16 @@ def _state(pid: int) -> str:
 
 
 def _idle_children(sb: Sandbox) -> list[int]:
-    """Host pids of the zygote's children: bwrap -> bwrap's pid 1 -> zygote -> child."""
+    """Host pids of the zygote's prepared children: bwrap -> bwrap's pid 1 -> zygote ->
+    child in a pid namespace of its own (the zygote's forker stays in the zygote's)."""
     (worker,) = sb._workers
     assert worker.proc is not None
     level = [worker.proc.pid]
-    for _ in range(3):
+    for _ in range(2):
         level = [c for p in level for c in _children(p)]
-    return level
+    (zygote,) = level
+    own_ns = os.readlink(f"/proc/{zygote}/ns/pid")
+    return [c for c in _children(zygote) if os.readlink(f"/proc/{c}/ns/pid") != own_ns]
 
 
 async def test_each_run_gets_the_tmpfs_size_it_asks_for(sb: Sandbox) -> None:

@@ -6,15 +6,17 @@ imported by codegym. It reads length-prefixed frames on stdin and answers on std
 Per execution it builds this process tree::
 
     zygote Z (long-lived, warm imports)
-      └─ E  pid 1 of a fresh pid/mount/ipc namespace: private tmpfs work dir, /tmp,
-              /dev/shm and /proc; rlimits, all capabilities dropped, no_new_privs,
-              seccomp; then the harness runs the program (and forks per test case)
+      ├─ T  the forker: a copy of Z taken before any run (jail tier; see start_forker)
+      └─ E  pid 1 of a fresh pid/mount/ipc namespace, forked by T with CLONE_PARENT:
+              private tmpfs work dir, /tmp, /dev/shm and /proc; rlimits, all
+              capabilities dropped, no_new_privs, not dumpable, seccomp; then the
+              harness runs the program (and forks per test case)
 
 Z enforces the wall deadline and the output cap (it reads the pipes). When E exits the
 kernel kills every process left in its namespace, so nothing the program started
 survives the run. E never sees Z: it has its own /proc and pid numbering.
 
-Z forks the next E as soon as it has answered a run, and that E does every step that
+Z has the next E forked as soon as it has answered a run, and that E does every step that
 does not depend on the request (namespaces, mounts, signal handlers, fds, privilege drop,
 seccomp, the harness's streams) and then blocks reading its request from a pipe. A
 request so meets a child that only has to read it and run. (Forking it earlier, while
@@ -44,6 +46,7 @@ import os
 import resource
 import select
 import signal
+import socket
 import struct
 import sys
 import time
@@ -56,6 +59,7 @@ _MAX_FRAME = 1 << 30
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
+CLONE_PARENT = 0x00008000
 SYS_CAPSET = 126
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_DUMPABLE = 4
@@ -181,6 +185,7 @@ class Zygote:
             os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in config.get("cgroup_procs", [])
         ]
         self.channel_fds: tuple[int, ...] = ()
+        self.forker: socket.socket | None = None  # the line to T, see start_forker
         self.ready: _Ready | None = None  # the next E, forked ahead of its request
         self.last_disk_mb: int | None = None
         for name in config.get("preload", []):
@@ -304,22 +309,99 @@ class Zygote:
             import tempfile
 
             scratch = tempfile.mkdtemp(prefix="run-", dir=self.workdir)
+        try:
+            if self.forker is not None:
+                pid, key = self._fork_through_forker(fds, disk_mb)
+            else:
+                ends = (out_r, err_r, res_r, ready_r, req_w)
+                pid, key = self._fork_here(fds, ends, disk_mb, scratch)
+        except BaseException:
+            for fd in (out_r, err_r, res_r, ready_r, req_w):
+                os.close(fd)
+            raise
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        watch = self.harness.ExitWatch(pid)  # a pidfd, or gVisor's stand-in for one
+        self.ready = _Ready(pid, watch, req_w, out_r, err_r, res_r, ready_r, key, disk_mb, scratch)
+        return self.ready
+
+    def _fork_here(
+        self, fds: dict, zygote_ends: tuple[int, ...], disk_mb: int, scratch: str | None
+    ) -> tuple[int, bytes]:
+        """Fork E from the zygote itself (tiers without a forker: ``process``, ``gvisor``)."""
         secret = [os.urandom(16)]  # this run's key; see Channel
         pid = self._spawn()
         if pid == 0:
             try:
-                for fd in (out_r, err_r, res_r, ready_r, req_w, *self.channel_fds):
+                for fd in (*zygote_ends, *self.channel_fds):
                     os.close(fd)
                 self._child(fds, secret, disk_mb, scratch)
             finally:
                 os._exit(125)  # _child never returns: nothing may reach the zygote's loop
-        for fd in fds.values():
-            os.close(fd)
-        watch = self.harness.ExitWatch(pid)  # a pidfd, or gVisor's stand-in for one
-        self.ready = _Ready(
-            pid, watch, req_w, out_r, err_r, res_r, ready_r, secret[0], disk_mb, scratch
-        )
-        return self.ready
+        return pid, secret[0]
+
+    # -- the forker T -------------------------------------------------------
+
+    def start_forker(self) -> None:
+        """Fork T, a copy of this zygote taken before any run, that forks every E.
+
+        The zygote reads every request and every answer passes through it, and freed
+        memory keeps its bytes: a child forked from the zygote could read earlier runs'
+        code, stdin and output in its own heap. T never handles run data (it receives
+        E's pipe ends and the tmpfs size over a socket, and answers E's pid and key), so
+        an E forked from T holds nothing of any other run. T clones E with
+        ``CLONE_PARENT``: E is the zygote's child, which watches and reaps it as before.
+        """
+        z_end, t_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = self.harness.fork()
+        if pid == 0:
+            try:
+                z_end.close()
+                self._forker_loop(t_end)
+            finally:
+                os._exit(0)
+        t_end.close()
+        self.forker = z_end
+
+    def _forker_loop(self, sock: socket.socket) -> None:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # keep the low fds taken, so E's pipe ends never land on 3-5 (see _child)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in self.channel_fds:
+            os.dup2(devnull, fd)
+        names = ("out_w", "err_w", "result_w", "ready_w", "req_r")
+        flags = CLONE_PARENT | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC
+        while True:
+            msg, got, _, _ = socket.recv_fds(sock, 64, len(names))
+            if not msg:
+                return  # the zygote is gone
+            secret = [os.urandom(16)]  # this run's key; see Channel
+            try:
+                pid = self.harness.fork(flags)
+            except OSError as e:
+                pid = -(e.errno or 1)
+            if pid == 0:
+                try:
+                    sock.close()
+                    self._child(dict(zip(names, got, strict=True)), secret, int(msg), None)
+                finally:
+                    os._exit(125)
+            for fd in got:
+                os.close(fd)
+            sock.send(struct.pack("i", pid) + (secret.pop() if pid > 0 else b""))
+
+    def _fork_through_forker(self, fds: dict, disk_mb: int) -> tuple[int, bytes]:
+        assert self.forker is not None
+        e_ends = [fds[k] for k in ("out_w", "err_w", "result_w", "ready_w", "req_r")]
+        socket.send_fds(self.forker, [b"%d" % disk_mb], e_ends)
+        reply = self.forker.recv(64)
+        if len(reply) < 4:
+            raise OSError("the zygote's forker process died")
+        (pid,) = struct.unpack_from("i", reply)
+        if pid < 0:
+            raise OSError(-pid, f"clone: {os.strerror(-pid)}")
+        return pid, reply[4:]
 
     def discard(self) -> None:
         """Kill and reap a prepared E that will not be used."""
@@ -510,6 +592,10 @@ def main() -> None:
     config, blobs = read_frame(inp)
     zygote = Zygote(config, blobs[0] if blobs else b"")
     zygote.channel_fds = (inp.fileno(), out.fileno())
+    # before any run: see start_forker. gVisor does not honour CLONE_PARENT (the runs
+    # would be the forker's children), so there the zygote forks them itself.
+    if zygote.namespaces and config.get("forker"):
+        zygote.start_forker()
     write_frame(out, {"ready": True, "pid": os.getpid(), "python": sys.version.split()[0]})
     while True:
         try:

@@ -128,6 +128,7 @@ class JailTier(Tier):
             "preload": list(DEFAULT_PRELOAD),
             "cgroup_procs": inner_procs,
             "env": {**BASE_ENV, "HOME": WORKDIR},
+            "forker": True,  # runs forked from a clean image (_zygote.Zygote.start_forker)
         }
         return Launch(argv=argv, env=dict(BASE_ENV), config=config, uid=uid, cgroup=cgroup)
 
