@@ -303,8 +303,6 @@ class Trainer:
                     self.step = nxt
                     if c.run.mode == "sync" and nxt < c.run.steps:
                         pending = asyncio.create_task(self.rollout(ex, nxt))
-                    if self.step % c.checkpoint.every == 0 or self.step == c.run.steps:
-                        await asyncio.to_thread(self.save)
                     step_s = time.perf_counter() - t_step
                     row: dict[str, Any] = {
                         "step": self.step,
@@ -328,6 +326,11 @@ class Trainer:
                     )
                     with open(self.run_dir / c.run.metrics_file, "a") as f:
                         f.write(json.dumps(row) + "\n")
+                    # The step's line goes out before its checkpoint: a kill between the
+                    # two redoes the step on resume (its line is dropped then), while the
+                    # other order lost the line of a checkpointed step for good.
+                    if self.step % c.checkpoint.every == 0 or self.step == c.run.steps:
+                        await asyncio.to_thread(self.save)
                     if self.on_step is not None:
                         self.on_step(row)
             finally:
