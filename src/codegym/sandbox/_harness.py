@@ -269,8 +269,9 @@ def _single_threaded() -> bool:
 # ---------------------------------------------------------------- running
 
 
-def _std_streams() -> None:
-    sys.stdin, sys.stdout, sys.stderr = _open_streams()
+def _std_streams(streams: tuple = ()) -> None:
+    """Make ``streams`` (or fresh ones on fds 0-2) the program's standard streams."""
+    sys.stdin, sys.stdout, sys.stderr = streams or _open_streams()
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
 
 
@@ -305,8 +306,7 @@ def standby() -> None:
     touching the calls a run makes first, takes their copy-on-write page faults off the
     time between a request and its answer.
     """
-    sys.stdin, sys.stdout, sys.stderr = _ZYGOTE_STREAMS or _open_streams()
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    _std_streams(_ZYGOTE_STREAMS)
     for limit in (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_FSIZE):
         resource.getrlimit(limit)
     compile("pass", "<standby>", "exec")

@@ -25,10 +25,11 @@ run.) Z moves E into the run's cgroup slot when it hands it the request, so only
 is charged to the slot. E is prepared for one tmpfs size (the previous run's ``disk_mb``);
 a request that asks for another size gets a freshly forked E.
 
-Per run Z also makes a fresh secret key before the fork and hands it to the harness in a
-one-element list the harness empties (so no frame or object of Z's code keeps it in E).
-E signs its test results (fd 3) and its death mark (fd 4) with it; Z keeps its own copy
-and believes only what verifies (``_harness.Channel``), so a program writing to those
+Per run the process that forks E (T, or Z where there is no forker) makes a fresh secret
+key before the fork and hands it to the harness in a one-element list the harness
+empties (so no frame or object of the forking code keeps it in E). E signs its test
+results (fd 3) and its death mark (fd 4) with it; Z gets a copy (from T over its
+socket) and believes only what verifies (``_harness.Channel``), so a program writing to those
 fds forges nothing. The zygote's directory is taken off ``sys.path`` once the harness is
 imported, so programs do not see it there.
 
@@ -69,6 +70,8 @@ PR_SET_PDEATHSIG = 1
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 
 _libc = ctypes.PyDLL(None, use_errno=True)  # PyDLL: no GIL hand-off per call
+# E's pipe ends, in the order the zygote sends them to the forker
+E_ENDS = ("out_w", "err_w", "result_w", "ready_w", "req_r")
 
 
 class _SockFprog(ctypes.Structure):
@@ -370,10 +373,9 @@ class Zygote:
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in self.channel_fds:
             os.dup2(devnull, fd)
-        names = ("out_w", "err_w", "result_w", "ready_w", "req_r")
         flags = CLONE_PARENT | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC
         while True:
-            msg, got, _, _ = socket.recv_fds(sock, 64, len(names))
+            msg, got, _, _ = socket.recv_fds(sock, 64, len(E_ENDS))
             if not msg:
                 return  # the zygote is gone
             secret = [os.urandom(16)]  # this run's key; see Channel
@@ -384,7 +386,7 @@ class Zygote:
             if pid == 0:
                 try:
                     sock.close()
-                    self._child(dict(zip(names, got, strict=True)), secret, int(msg), None)
+                    self._child(dict(zip(E_ENDS, got, strict=True)), secret, int(msg), None)
                 finally:
                     os._exit(125)
             for fd in got:
@@ -393,8 +395,7 @@ class Zygote:
 
     def _fork_through_forker(self, fds: dict, disk_mb: int) -> tuple[int, bytes]:
         assert self.forker is not None
-        e_ends = [fds[k] for k in ("out_w", "err_w", "result_w", "ready_w", "req_r")]
-        socket.send_fds(self.forker, [b"%d" % disk_mb], e_ends)
+        socket.send_fds(self.forker, [b"%d" % disk_mb], [fds[k] for k in E_ENDS])
         reply = self.forker.recv(64)
         if len(reply) < 4:
             raise OSError("the zygote's forker process died")
