@@ -127,11 +127,33 @@ async def test_requests_without_the_right_token_are_refused(
 ) -> None:
     async with httpx.AsyncClient(base_url=svc.url, headers=headers) as anon:
         calls = [("POST", "/v1/run"), ("POST", "/v1/sessions"), ("DELETE", "/v1/sessions/x")]
+        calls += [("POST", "/v1/no-such-route")]  # refused before routing: no route is shown
         for method, path in calls:
             r = await anon.request(method, path, json={"code": "print(1)"})
             assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", r.text
+            assert r.json() == {"detail": "missing or wrong bearer token"}
         assert (await anon.get("/healthz")).status_code == 200  # probes need no token
     assert svc.app.state.service.admission.admitted == 0
+
+
+async def test_the_token_scheme_is_case_insensitive_and_the_token_is_not(svc: Service) -> None:
+    run = {"code": "print(1)"}
+    for scheme in ("bearer", "BEARER"):
+        auth = {"Authorization": f"{scheme} {TOKEN}"}
+        r = await svc.http.post("/v1/run", json=run, headers=auth)
+        assert r.status_code == 200 and r.json()["stdout"] == "1\n", r.text
+    r = await svc.http.post(
+        "/v1/run", json=run, headers={"Authorization": f"Bearer {TOKEN.upper()}"}
+    )
+    assert r.status_code == 401
+
+
+async def test_without_auth_no_token_is_asked(serve: Serve) -> None:
+    async with serve(token=None, auth=False) as svc, httpx.AsyncClient(base_url=svc.url) as anon:
+        r = await anon.post("/v1/run", json={"code": "print(1)"})
+        assert r.status_code == 200 and r.json()["stdout"] == "1\n", r.text
+        spec = (await anon.get("/openapi.json")).json()
+        assert "security" not in spec["paths"]["/v1/run"]["post"]
 
 
 async def test_client_with_a_wrong_token_raises(svc: Service) -> None:
@@ -265,6 +287,8 @@ async def test_same_idempotency_key_runs_once(svc: Service) -> None:
     assert fresh.json()["stdout"] == "2\n"  # a new key runs again
     other = await svc.http.post(url, json={"command": "true"}, headers={"Idempotency-Key": "k1"})
     assert other.status_code == 400 and "different request" in other.json()["detail"]
+    long_key = await svc.http.post(url, json=append, headers={"Idempotency-Key": "k" * 201})
+    assert long_key.status_code == 400 and "at most 200" in long_key.json()["detail"]
     metrics = (await svc.http.get("/metrics")).text
     assert "codegym_service_idempotent_replays_total" in metrics
 
@@ -314,5 +338,15 @@ async def test_health_readiness_metrics_and_openapi(svc: Service) -> None:
         assert "python_gc_objects_collected_total" in text  # the default registry is exported
         spec = (await anon.get("/openapi.json")).json()
         assert {"/v1/run", "/v1/tests", "/v1/sessions/{sid}/exec"} <= set(spec["paths"])
+        scheme = spec["components"]["securitySchemes"]["bearer"]
+        assert scheme["type"] == "http" and scheme["scheme"] == "bearer"
+        for path, operations in spec["paths"].items():
+            for op in operations.values():
+                want = [{"bearer": []}] if path.startswith("/v1/") else None
+                assert op.get("security") == want, (path, op.get("security"))
+        for path in ("/v1/run", "/v1/tests", "/v1/sessions/{sid}/exec"):
+            params = spec["paths"][path]["post"]["parameters"]
+            key = next(p for p in params if p["name"] == "Idempotency-Key")
+            assert key["in"] == "header" and key["schema"]["maxLength"] == 200
         fields = spec["components"]["schemas"]["ExecResultModel"]["properties"]
         assert "description" in fields["verdict"]  # field docstrings reach the spec

@@ -18,10 +18,11 @@ file too large; 429 + Retry-After: the admission queue is full (nothing ran); 50
 Retry-After: draining or starting (nothing ran). ``Idempotency-Key`` on a POST makes a
 retry return the first answer without running twice, also while the first still runs.
 
-Threat model of the HTTP layer: the token guards every route that runs code (compared in
-constant time); health and metrics are open and carry no secrets. Bodies are capped before
-they are buffered; file paths are relative, without ``..`` or NUL. Code isolation is the
-sandbox tier's job (see ``codegym.sandbox.tiers``).
+Threat model of the HTTP layer: the token guards every ``/v1`` route, in one ASGI layer
+(``_auth``) that answers before the body is read, and is compared in constant time; health
+and metrics are open and carry no secrets. Bodies are capped before they are buffered;
+file paths are relative, without ``..`` or NUL. Code isolation is the sandbox tier's job
+(see ``codegym.sandbox.tiers``).
 """
 
 # No `from __future__ import annotations`: FastAPI reads the route closures' annotations at
@@ -29,15 +30,13 @@ sandbox tier's job (see ``codegym.sandbox.tiers``).
 import asyncio
 import contextlib
 import hashlib
-import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import FastAPI, HTTPException, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from codegym.sandbox import (
@@ -49,6 +48,7 @@ from codegym.sandbox import (
     Session,
 )
 from codegym.service import _metrics as m
+from codegym.service._auth import RequireToken, document_token
 from codegym.service._control import Admission, IdempotencyStore, KeyReused, Overloaded, Reply
 from codegym.service.models import (
     Data,
@@ -133,6 +133,20 @@ class _State:
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (400, 401, 404, 413, 429, 503)
 }
+IDEMPOTENCY_KEY_MAX = 200
+# Read from the headers in ``once`` rather than declared as a parameter: FastAPI's per-
+# request parameter solving cost ~50 µs of CPU per call (docs/BENCHMARKS.md, service).
+_IDEMPOTENT: dict[str, Any] = {
+    "parameters": [
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string", "maxLength": IDEMPOTENCY_KEY_MAX},
+            "description": "Retries with the same key get the first answer; the run happens once.",
+        }
+    ]
+}
 
 
 def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> Response:
@@ -176,27 +190,17 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = state
-    bearer = HTTPBearer(auto_error=False, description="The service token (--token).")
-
-    async def authorized(  # async: a sync dependency would cost a thread hop per request
-        creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-    ) -> None:
-        if not config.auth:
-            return
-        given = creds.credentials.encode() if creds is not None else b""
-        # compare_digest: the time taken does not say how much of the token matched
-        if creds is None or not hmac.compare_digest(given, (config.token or "").encode()):
-            raise HTTPException(
-                401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"}
-            )
-
-    guarded = [Depends(authorized)]
 
     # -- helpers shared by the execution routes ---------------------------------
 
-    async def once(
-        request: Request, key: str | None, work: Callable[[], Awaitable[ExecResult]]
-    ) -> Response:
+    async def once(request: Request, work: Callable[[], Awaitable[ExecResult]]) -> Response:
+        key = request.headers.get("idempotency-key")
+        if key is not None and len(key) > IDEMPOTENCY_KEY_MAX:
+            raise _error(
+                400,
+                f"Idempotency-Key is {len(key)} characters; use at most "
+                f"{IDEMPOTENCY_KEY_MAX} (a UUID is 36)",
+            )
         if state.draining or not state.ready:
             m.REJECTED.labels("draining").inc()
             why = "draining; retry on another instance" if state.draining else "starting"
@@ -211,6 +215,11 @@ def create_app(
                     return 400, ErrorBody(detail=str(e)).model_dump_json().encode()
                 except SandboxClosed as e:
                     return 503, ErrorBody(detail=str(e)).model_dump_json().encode()
+            if state.admission.waiting:
+                # Hand the slot over before answering: the next admitted run reaches its
+                # worker now, not after this answer is built and sent (and after the
+                # client, woken by it, has had the CPU). docs/BENCHMARKS.md, service.
+                await asyncio.sleep(0)
             if not result.verdict.is_infra:
                 state.last_ok = time.monotonic()
             return 200, ExecResultModel.of(result).model_dump_json().encode()
@@ -221,7 +230,7 @@ def create_app(
             else:
                 body_in = await request.body()
                 digest = hashlib.sha256(
-                    f"{request.method} {request.url.path}\n".encode() + body_in
+                    f"{request.method} {request.scope['path']}\n".encode() + body_in
                 ).hexdigest()
                 replays = state.idempotency.replays
                 status, body = await state.idempotency.run(key, digest, admitted)
@@ -260,24 +269,21 @@ def create_app(
         assert req.command is not None
         return await sb.run(req.command, stdin, files=files, limits=limits)
 
-    IdemKey = Annotated[
-        str | None,
-        Header(
-            alias="Idempotency-Key",
-            max_length=200,
-            description="Retries with the same key get the first answer; the run happens once.",
-        ),
-    ]
-
     # -- stateless execution ----------------------------------------------------
 
-    @app.post("/v1/run", response_model=ExecResultModel, responses=_ERRORS, dependencies=guarded)
-    async def run(req: RunRequest, request: Request, key: IdemKey = None) -> Response:
-        """Run one Python program (``code``) or command."""
-        return await once(request, key, lambda: execute(state.sandbox, req))
+    def executes(path: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """The decorator of a route that runs code and answers an ExecResult."""
+        return app.post(
+            path, response_model=ExecResultModel, responses=_ERRORS, openapi_extra=_IDEMPOTENT
+        )
 
-    @app.post("/v1/tests", response_model=ExecResultModel, responses=_ERRORS, dependencies=guarded)
-    async def run_tests(req: TestsRequest, request: Request, key: IdemKey = None) -> Response:
+    @executes("/v1/run")
+    async def run(req: RunRequest, request: Request) -> Response:
+        """Run one Python program (``code``) or command."""
+        return await once(request, lambda: execute(state.sandbox, req))
+
+    @executes("/v1/tests")
+    async def run_tests(req: TestsRequest, request: Request) -> Response:
         """Run one program against many test cases; ``tests`` in the answer, in order."""
 
         async def work() -> ExecResult:
@@ -290,7 +296,7 @@ def create_app(
                 limits=req.limits.to_limits(),
             )
 
-        return await once(request, key, work)
+        return await once(request, work)
 
     # -- sessions -----------------------------------------------------------------
 
@@ -313,7 +319,6 @@ def create_app(
         response_model=SessionInfo,
         status_code=201,
         responses=_ERRORS,
-        dependencies=guarded,
     )
     async def open_session(req: SessionCreate | None = None) -> SessionInfo:
         """Open a workspace whose files persist across commands until closed or idle."""
@@ -326,28 +331,20 @@ def create_app(
             raise _error(429, str(e), retry_after=max(1, int(config.session_ttl_s))) from None
         return SessionInfo(id=sid, idle_ttl_s=config.session_ttl_s)
 
-    @app.post(
-        "/v1/sessions/{sid}/exec",
-        response_model=ExecResultModel,
-        responses=_ERRORS,
-        dependencies=guarded,
-    )
-    async def session_exec(
-        sid: str, req: RunRequest, request: Request, key: IdemKey = None
-    ) -> Response:
+    @executes("/v1/sessions/{sid}/exec")
+    async def session_exec(sid: str, req: RunRequest, request: Request) -> Response:
         """Run a program or command with the session's workspace as working directory."""
 
         async def work() -> ExecResult:
             async with session(sid) as s:
                 return await execute(s, req)
 
-        return await once(request, key, work)
+        return await once(request, work)
 
     @app.put(
         "/v1/sessions/{sid}/files/{path:path}",
         response_model=FileWritten,
         responses=_ERRORS,
-        dependencies=guarded,
         openapi_extra={
             "requestBody": {
                 "required": True,
@@ -376,7 +373,6 @@ def create_app(
             200: {"content": {"application/octet-stream": {"schema": {"type": "string"}}}},
             **_ERRORS,
         },
-        dependencies=guarded,
     )
     async def get_file(sid: str, path: str) -> Response:
         """Read a file of the workspace as raw bytes."""
@@ -393,7 +389,7 @@ def create_app(
                 raise _error(status, str(e)) from None
         return Response(data, media_type="application/octet-stream")
 
-    @app.delete("/v1/sessions/{sid}", status_code=204, responses=_ERRORS, dependencies=guarded)
+    @app.delete("/v1/sessions/{sid}", status_code=204, responses=_ERRORS)
     async def close_session(sid: str) -> Response:
         """Close a session and free its workspace."""
         try:
@@ -442,5 +438,8 @@ def create_app(
 
     # outermost first: every request is measured, including refused big ones
     app.add_middleware(m.LimitBody, max_bytes=config.max_body_bytes)
+    if config.auth:
+        app.add_middleware(RequireToken, token=config.token or "")
+        document_token(app, "The service token (--token).")
     app.add_middleware(m.MeasureRequests)
     return app
