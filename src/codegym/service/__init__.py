@@ -14,10 +14,11 @@ from codegym._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from codegym.service.app import ServiceConfig, create_app
-    from codegym.service.client import RemoteSandbox, RemoteSession, Retry
+    from codegym.service.client import Batching, RemoteSandbox, RemoteSession, Retry
     from codegym.service.server import running, serve
 
 _LAZY = {
+    "Batching": "codegym.service.client",
     "ServiceConfig": "codegym.service.app",
     "create_app": "codegym.service.app",
     "RemoteSandbox": "codegym.service.client",
@@ -31,6 +32,7 @@ _LAZY = {
 __getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
+    "Batching",
     "RemoteSandbox",
     "RemoteSession",
     "Retry",

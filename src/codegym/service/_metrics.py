@@ -42,6 +42,7 @@ SESSIONS = Gauge("codegym_service_sessions_open", "Sandbox sessions open.")
 SESSIONS_EXPIRED = Counter(
     "codegym_service_sessions_expired", "Sessions closed by the idle-TTL collector."
 )
+BATCH_RUNS = Counter("codegym_service_batch_runs", "Runs that came in /v1/batch requests.")
 IDEMPOTENT_REPLAYS = Counter(
     "codegym_service_idempotent_replays",
     "Requests answered from an earlier run with the same Idempotency-Key.",

@@ -34,10 +34,12 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.responses import StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from pydantic import BaseModel
 
 from codegym.sandbox import (
     ExecResult,
@@ -51,6 +53,9 @@ from codegym.service import _metrics as m
 from codegym.service._auth import RequireToken, document_token
 from codegym.service._control import Admission, IdempotencyStore, KeyReused, Overloaded, Reply
 from codegym.service.models import (
+    BatchItem,
+    BatchLine,
+    BatchRequest,
     Data,
     ErrorBody,
     ExecResultModel,
@@ -149,6 +154,34 @@ _IDEMPOTENT: dict[str, Any] = {
 }
 
 
+JSONL = "application/jsonl"  # FastAPI's name for streamed JSON lines
+
+
+class _Lines(StreamingResponse):
+    """JSON lines as they come; no media type on the class, so FastAPI documents only the
+    route's own ``content`` (it would add ``{"type": "string"}`` for one)."""
+
+
+def _line_schema() -> dict[str, Any]:
+    """``BatchLine``'s schema, its nested models referred to in the spec's components
+    (the execution routes put them there)."""
+    schema = BatchLine.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)
+    return schema
+
+
+class Answer(NamedTuple):
+    """What an execution route answers: status, JSON body, Retry-After (429, 503)."""
+
+    status: int
+    body: bytes
+    retry_after: int | None = None
+
+
+def _detail(text: str) -> bytes:
+    return ErrorBody(detail=text).model_dump_json().encode()
+
+
 def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> Response:
     return Response(body, status, headers, media_type="application/json")
 
@@ -193,18 +226,15 @@ def create_app(
 
     # -- helpers shared by the execution routes ---------------------------------
 
-    async def once(request: Request, work: Callable[[], Awaitable[ExecResult]]) -> Response:
-        key = request.headers.get("idempotency-key")
-        if key is not None and len(key) > IDEMPOTENCY_KEY_MAX:
-            raise _error(
-                400,
-                f"Idempotency-Key is {len(key)} characters; use at most "
-                f"{IDEMPOTENCY_KEY_MAX} (a UUID is 36)",
-            )
+    async def answer(
+        path: str, key: str | None, req: BaseModel, work: Callable[[], Awaitable[ExecResult]]
+    ) -> Answer:
+        """Admit and run ``work``, once per ``key``: the status and JSON body that ``POST
+        path`` answers, and its Retry-After. A 413 from ``work`` is raised."""
         if state.draining or not state.ready:
             m.REJECTED.labels("draining").inc()
             why = "draining; retry on another instance" if state.draining else "starting"
-            raise _error(503, f"the sandbox service is {why}", retry_after=1)
+            return Answer(503, _detail(f"the sandbox service is {why}"), 1)
 
         async def admitted() -> Reply:
             async with state.admission.admit():
@@ -212,9 +242,9 @@ def create_app(
                 try:
                     result = await work()
                 except SandboxInputError as e:
-                    return 400, ErrorBody(detail=str(e)).model_dump_json().encode()
+                    return 400, _detail(str(e))
                 except SandboxClosed as e:
-                    return 503, ErrorBody(detail=str(e)).model_dump_json().encode()
+                    return 503, _detail(str(e))
             if state.admission.waiting:
                 # Hand the slot over before answering: the next admitted run reaches its
                 # worker now, not after this answer is built and sent (and after the
@@ -228,22 +258,36 @@ def create_app(
             if key is None:
                 status, body = await admitted()
             else:
-                body_in = await request.body()
-                digest = hashlib.sha256(
-                    f"{request.method} {request.scope['path']}\n".encode() + body_in
-                ).hexdigest()
+                # the parsed request, not its bytes: a run retried alone after it came in
+                # a batch (or the other way round) is the same request
+                request_text = f"POST {path}\n{req.model_dump_json()}"
+                digest = hashlib.sha256(request_text.encode()).hexdigest()
                 replays = state.idempotency.replays
                 status, body = await state.idempotency.run(key, digest, admitted)
                 if state.idempotency.replays != replays:
                     m.IDEMPOTENT_REPLAYS.inc()
         except Overloaded as e:
             m.REJECTED.labels("overloaded").inc()
-            raise _error(429, str(e), retry_after=e.retry_after_s) from None
+            return Answer(429, _detail(str(e)), e.retry_after_s)
         except KeyReused as e:
-            raise _error(400, str(e)) from None
+            return Answer(400, _detail(str(e)))
         finally:
             m.QUEUED.set(state.admission.waiting)
-        return _json(status, body, {"Retry-After": "1"} if status == 503 else None)
+        return Answer(status, body, 1 if status == 503 else None)
+
+    async def once(
+        request: Request, req: BaseModel, work: Callable[[], Awaitable[ExecResult]]
+    ) -> Response:
+        key = request.headers.get("idempotency-key")
+        if key is not None and len(key) > IDEMPOTENCY_KEY_MAX:
+            raise _error(
+                400,
+                f"Idempotency-Key is {len(key)} characters; use at most "
+                f"{IDEMPOTENCY_KEY_MAX} (a UUID is 36)",
+            )
+        status, body, retry_after = await answer(request.scope["path"], key, req, work)
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        return _json(status, body, headers)
 
     def files_of(files: dict[str, Data]) -> dict[str, bytes]:
         out = {}
@@ -280,7 +324,7 @@ def create_app(
     @executes("/v1/run")
     async def run(req: RunRequest, request: Request) -> Response:
         """Run one Python program (``code``) or command."""
-        return await once(request, lambda: execute(state.sandbox, req))
+        return await once(request, req, lambda: execute(state.sandbox, req))
 
     @executes("/v1/tests")
     async def run_tests(req: TestsRequest, request: Request) -> Response:
@@ -296,7 +340,54 @@ def create_app(
                 limits=req.limits.to_limits(),
             )
 
-        return await once(request, work)
+        return await once(request, req, work)
+
+    @app.post(
+        "/v1/batch",
+        response_class=_Lines,
+        responses={
+            200: {
+                "description": "One BatchLine per run, one JSON object a line, in the "
+                "order the runs end.",
+                "content": {JSONL: {"itemSchema": _line_schema()}},
+            },
+            **_ERRORS,
+        },
+    )
+    async def run_batch(batch: BatchRequest) -> _Lines:
+        """Run many independent programs or commands, each as ``POST /v1/run`` with its
+        ``key`` as Idempotency-Key would: admitted, run and answered on its own (a full
+        queue refuses single runs, 429, not the batch). Saves the per-request cost of
+        HTTP when a client has many runs waiting."""
+        if state.draining or not state.ready:
+            m.REJECTED.labels("draining").inc()
+            raise _error(503, "the sandbox service is draining or starting", retry_after=1)
+        m.BATCH_RUNS.inc(len(batch.runs))
+
+        async def one(index: int, item: BatchItem) -> bytes:
+            try:
+                status, body, retry_after = await answer(
+                    "/v1/run", item.key, item.run, lambda: execute(state.sandbox, item.run)
+                )
+            except HTTPException as e:  # 413: a file over the limit
+                status, body, retry_after = e.status_code, _detail(str(e.detail)), None
+            if status == 200:  # the answer's JSON as it is: no second encoding
+                return b'{"index":%d,"status":200,"result":%b}\n' % (index, body)
+            detail = ErrorBody.model_validate_json(body).detail
+            line = BatchLine(index=index, status=status, detail=detail, retry_after=retry_after)
+            return line.model_dump_json(exclude_none=True).encode() + b"\n"
+
+        runs = [asyncio.ensure_future(one(i, item)) for i, item in enumerate(batch.runs)]
+
+        async def lines() -> AsyncIterator[bytes]:
+            try:
+                for ended in asyncio.as_completed(runs):
+                    yield await ended
+            finally:  # the client went away: keyed runs go on (shielded) for its retry
+                for r in runs:
+                    r.cancel()
+
+        return _Lines(lines(), media_type=JSONL)
 
     # -- sessions -----------------------------------------------------------------
 
@@ -339,7 +430,7 @@ def create_app(
             async with session(sid) as s:
                 return await execute(s, req)
 
-        return await once(request, work)
+        return await once(request, req, work)
 
     @app.put(
         "/v1/sessions/{sid}/files/{path:path}",

@@ -47,7 +47,9 @@ from codegym.sandbox import (
     TestCase,
     Verdict,
 )
+from codegym.service._batch import RUN, Batcher
 from codegym.service.models import (
+    MAX_BATCH,
     ExecResultModel,
     LimitsModel,
     RunRequest,
@@ -78,6 +80,25 @@ class Retry:
     """Added to a run's wall limit for its request timeout (queueing, transfer)."""
     connect_s: float = 2.0
     """Connect timeout."""
+
+
+@dataclass(frozen=True)
+class Batching:
+    """When ``run``/``run_python`` calls share one ``/v1/batch`` request (see
+    ``codegym.service._batch``): never while fewer than ``after`` calls of the client are
+    out alone, so a lone call never waits; past that, waiting calls leave together when a
+    lone call ends or after ``wait_s``, at most ``max_size`` to a request."""
+
+    after: int = 2
+    max_size: int = 32
+    wait_s: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.after < 1 or not 1 <= self.max_size <= MAX_BATCH or self.wait_s < 0:
+            raise SandboxInputError(
+                f"Batching(after={self.after}, max_size={self.max_size}, wait_s={self.wait_s}):"
+                f" need after >= 1, 1 <= max_size <= {MAX_BATCH} and wait_s >= 0"
+            )
 
 
 @dataclass
@@ -114,6 +135,7 @@ class RemoteSandbox:
         token: bearer token (default: ``CODEGYM_TOKEN``).
         retry: retry and timeout policy.
         max_connections: HTTP connections kept per client.
+        batching: when concurrent runs share a request (``None``: never).
 
     Raises:
         SandboxInputError: no URL, or a URL that is not http(s).
@@ -126,6 +148,7 @@ class RemoteSandbox:
         *,
         retry: Retry | None = None,
         max_connections: int = 256,
+        batching: Batching | None = Batching(),  # frozen: one default shared safely
     ) -> None:
         url_list = [urls] if isinstance(urls, str) else list(urls)
         if not url_list:
@@ -144,6 +167,7 @@ class RemoteSandbox:
         self._turn = 0
         self.infra_count = 0
         self.retries = 0
+        self.batcher = Batcher(self, batching) if batching is not None else None
 
     async def __aenter__(self) -> RemoteSandbox:
         return self
@@ -157,6 +181,8 @@ class RemoteSandbox:
         """Nothing to start (the service owns its pool); kept for ``Sandbox`` parity."""
 
     async def close(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
         if self._http is not None:
             await self._http.close()
             self._http = None
@@ -189,7 +215,7 @@ class RemoteSandbox:
             files=_files(files),
             limits=LimitsModel.of(limits),
         )
-        return await self._exec("/v1/run", req, limits.wall)
+        return await self._exec(RUN, req, limits.wall)
 
     async def run(
         self,
@@ -207,7 +233,7 @@ class RemoteSandbox:
             files=_files(files),
             limits=LimitsModel.of(limits),
         )
-        return await self._exec("/v1/run", req, limits.wall)
+        return await self._exec(RUN, req, limits.wall)
 
     async def run_tests(
         self,
@@ -244,7 +270,20 @@ class RemoteSandbox:
         self, path: str, req: BaseModel, wall_s: float, pin: _Instance | None = None
     ) -> ExecResult:
         body = req.model_dump_json(exclude_none=True).encode()
-        answer = await self._call("POST", path, body, wall_s + self.retry.slack_s, pin)
+        if path == RUN and pin is None and self.batcher is not None:
+            return await self.batcher.run(body, wall_s)
+        return await self._single(path, body, wall_s, pin)
+
+    async def _single(
+        self,
+        path: str,
+        body: bytes,
+        wall_s: float,
+        pin: _Instance | None = None,
+        key: str | None = None,
+    ) -> ExecResult:
+        """One execution on a request of its own (retried over the pool)."""
+        answer = await self._call("POST", path, body, wall_s + self.retry.slack_s, pin, key=key)
         if isinstance(answer, _Failure):
             self.infra_count += 1
             return _infra(answer.reason)
@@ -279,6 +318,7 @@ class RemoteSandbox:
         timeout_s: float,
         pin: _Instance | None = None,
         expect: tuple[int, ...] = (200,),
+        key: str | None = None,
     ) -> tuple[_Instance, _Reply] | _Failure:
         """One logical request, retried over the pool under one Idempotency-Key.
 
@@ -286,7 +326,7 @@ class RemoteSandbox:
             SandboxInputError: the service refused the input (400, 413, 422).
             SandboxError: the service refused the token (401, 403).
         """
-        headers = {"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}
+        headers = {"Idempotency-Key": key or uuid.uuid4().hex, "Content-Type": "application/json"}
         timeout = aiohttp.ClientTimeout(total=timeout_s, connect=self.retry.connect_s)
         http = self._session()
         why = "no attempt was made"

@@ -323,6 +323,39 @@ class ExecResultModel(_Model):
         )
 
 
+MAX_BATCH = 64
+"""Runs in one ``/v1/batch`` request at most."""
+
+
+class BatchItem(_Model):
+    """One run of a batch, with the ``Idempotency-Key`` it would carry alone."""
+
+    key: str = Field(min_length=1, max_length=200)
+    """Unique per run: a retry of this run (in a batch or alone) gets the first answer."""
+    run: RunRequest
+
+
+class BatchRequest(_Model):
+    """Many independent runs in one request; each is admitted, run and answered alone."""
+
+    runs: list[BatchItem] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class BatchLine(_Model):
+    """One line of a ``/v1/batch`` answer (JSON lines): what ``POST /v1/run`` would have
+    answered for ``runs[index]``, sent as soon as that run ends."""
+
+    index: int
+    status: int
+    """The HTTP status ``/v1/run`` would have answered: 200, 400, 429, 503, ..."""
+    result: ExecResultModel | None = None
+    """For 200: the run's outcome."""
+    detail: str | None = None
+    """Otherwise: what was wrong."""
+    retry_after: int | None = None
+    """For 429 and 503: seconds to wait before retrying this run."""
+
+
 class SessionCreate(_Model):
     """Open a session: a workspace whose files persist across commands."""
 
