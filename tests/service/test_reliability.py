@@ -73,6 +73,7 @@ async def test_failover_when_one_of_two_instances_dies_mid_eval() -> None:
         wrong = [(i, out, v) for i, out, v in results if (out, v) != (f"{i * i}\n", Verdict.OK)]
         assert not wrong, wrong[:5]
         assert sb.retries > 0  # some calls did land on the dead instance and moved over
+        assert sb.batcher is not None and sb.batcher.batched_runs > 0  # batches failed over too
         assert b.proc.poll() is None
 
 

@@ -1,22 +1,25 @@
 """Client-side batching of ``run``/``run_python`` calls into ``POST /v1/batch``.
 
-Why: on a loaded client most of a call's cost on both ends is the HTTP request itself
-(docs/BENCHMARKS.md, service), and a client with many calls in flight has runs waiting
-anyway. How: while fewer than ``Batching.after`` calls are out on requests of their own,
-a call goes alone, so a lone call never waits. Past that, calls wait here and leave
-together when one of those lone requests ends (a slot was freed) or after
-``Batching.wait_s``. Each run keeps its own Idempotency-Key; a run the batch does not
-answer — the instance died, refused the batch, or answered 429/503 for that run — goes
-alone with the same key, through the client's usual retries and failover, so it never
-runs twice on an instance.
+Why: under load most of a call's cost on both ends is its HTTP request, not its run
+(docs/BENCHMARKS.md, service), and a client with many calls in flight has runs that would
+only queue at the service anyway. How: every execution answer says how many workers its
+instance has and how many runs it admits. While this client has fewer than
+``Batching.per_worker`` runs per worker on the wire, a call goes out at once, alone, so
+light traffic never waits. Past that mark, calls wait here, and leave together as soon as
+the client is below it again, in batches up to what each instance admits (so they meet no
+429 there either). ``Batching.wait_s`` bounds the wait. Each run keeps its own
+Idempotency-Key: a run the batch leaves unanswered (the instance died, refused the batch,
+or answered 429/503 for that run) goes alone with the same key through the client's usual
+retries and failover, and never runs twice on an instance.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +27,7 @@ import aiohttp
 from pydantic import ValidationError
 
 from codegym.sandbox import ExecResult, SandboxClosed, SandboxError, SandboxInputError
-from codegym.service.models import BatchLine
+from codegym.service.models import CAPACITY_ADMITS, CAPACITY_WORKERS, BatchLine
 
 if TYPE_CHECKING:
     from codegym.service.client import Batching, RemoteSandbox, _Instance
@@ -48,48 +51,76 @@ class Batcher:
     def __init__(self, remote: RemoteSandbox, policy: Batching) -> None:
         self._remote = remote
         self._policy = policy
-        self._alone = 0  # calls out on requests of their own
         self._waiting: list[_Waiting] = []
         self._timer: asyncio.TimerHandle | None = None
         self._open: set[_Waiting] = set()  # waiting, or sent and not yet answered
         self._tasks: set[asyncio.Task[None]] = set()
-        self.enabled = True
         self._closed = False
+        self.enabled = True
         self.batches = 0
         self.batched_runs = 0
 
     async def run(self, body: bytes, wall_s: float) -> ExecResult:
-        if not self.enabled or self._alone < self._policy.after:
-            self._alone += 1
+        if not self.enabled or (not self._waiting and not self._full()):
             try:
                 return await self._remote._single(RUN, body, wall_s)
             finally:
-                self._alone -= 1
-                if self._waiting:
-                    self.flush()
+                self._flush_if_room()
         loop = asyncio.get_running_loop()
         waiting = _Waiting(body, wall_s, loop.create_future())
         self._waiting.append(waiting)
         self._open.add(waiting)
-        if len(self._waiting) >= self._policy.max_size:
+        if not self._full():
             self.flush()
         elif self._timer is None:
-            self._timer = loop.call_later(self._policy.wait_s, self.flush)
+            self._timer = loop.call_later(self._policy.wait_s, self.flush, True)
         try:
             return await waiting.future
         finally:
             self._open.discard(waiting)
 
-    def flush(self) -> None:
-        """Send every waiting call, in batches of at most ``max_size``."""
+    def _full(self) -> bool:
+        """Whether this client has its share of runs on the wire: ``per_worker`` per
+        worker of the available instances (unknown until they answer: then never)."""
+        now = time.monotonic()
+        workers = out = 0
+        for inst in self._remote._instances:
+            out += inst.in_flight
+            if inst.unavailable_until <= now:
+                workers += inst.workers
+        return workers > 0 and out >= self._policy.per_worker * workers
+
+    def _flush_if_room(self) -> None:
+        if self._waiting and not self._full():
+            self.flush()
+
+    def flush(self, timed_out: bool = False) -> None:
+        """Send waiting calls in batches, each to the least busy instance, up to what it
+        admits. When the wait ran out and no instance can be told apart (all down, or
+        none has said its capacity), they go alone, to the usual retries."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         waiting = [w for w in self._waiting if not w.future.done()]
-        self._waiting = []
-        size = self._policy.max_size
-        for start in range(0, len(waiting), size):
-            self._spawn(self._send(waiting[start : start + size]))
+        now = time.monotonic()
+        instances = [i for i in self._remote._instances if i.unavailable_until <= now and i.workers]
+        while waiting:
+            room = [(i.admits - i.in_flight, i) for i in instances if i.admits > i.in_flight]
+            if not room:
+                break
+            free, inst = max(room, key=lambda r: r[0])
+            n = min(free, self._policy.max_size, len(waiting))
+            batch, waiting = waiting[:n], waiting[n:]
+            inst.in_flight += n  # taken now, so the next batch sees it
+            self._spawn(self._send(inst, batch))
+        self._waiting = waiting
+        if waiting and timed_out and not instances:
+            self._waiting = []
+            for w in waiting:
+                self._go_alone(w)
+        elif waiting and self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self._policy.wait_s, self.flush, True)
 
     def close(self) -> None:
         """Fail what is still waiting or unanswered (the client is closing)."""
@@ -110,29 +141,31 @@ class Batcher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, runs: list[_Waiting]) -> None:
+    async def _send(self, inst: _Instance, runs: list[_Waiting]) -> None:
         unanswered = dict(enumerate(runs))
         try:
-            await self._request(runs, unanswered)
+            await self._request(inst, runs, unanswered)
         finally:
+            inst.in_flight -= len(unanswered)
             for w in unanswered.values():  # each goes alone, with its key
                 self._go_alone(w)
+            self._flush_if_room()
 
     def _go_alone(self, w: _Waiting) -> None:
         if not self._closed and not w.future.done():
             self._spawn(self._alone_again(w))
 
-    async def _request(self, runs: list[_Waiting], unanswered: dict[int, _Waiting]) -> None:
+    async def _request(
+        self, inst: _Instance, runs: list[_Waiting], unanswered: dict[int, _Waiting]
+    ) -> None:
         remote = self._remote
         items = b",".join(b'{"key":"%s","run":%s}' % (w.key.encode(), w.body) for w in runs)
         timeout = aiohttp.ClientTimeout(
             total=remote.retry.slack_s + sum(w.wall_s for w in runs),
             connect=remote.retry.connect_s,
         )
-        inst = await remote._pick()
         self.batches += 1
         self.batched_runs += len(runs)
-        inst.in_flight += len(runs)
         try:
             async with remote._session().post(
                 inst.url + BATCH,
@@ -140,6 +173,7 @@ class Batcher:
                 headers={"Content-Type": "application/json"},
                 timeout=timeout,
             ) as resp:
+                learn_capacity(inst, resp.headers)
                 if resp.status != 200:
                     self._refused(inst, resp.status, runs)
                     return
@@ -148,8 +182,6 @@ class Batcher:
             if isinstance(e, aiohttp.ClientError | TimeoutError):
                 remote._down(inst)
             log.debug("batch to %s ended early (%s); its open runs go alone", inst.url, e)
-        finally:
-            inst.in_flight -= len(unanswered)
 
     async def _read_lines(
         self, inst: _Instance, resp: aiohttp.ClientResponse, unanswered: dict[int, _Waiting]
@@ -166,6 +198,7 @@ class Batcher:
                 inst.in_flight -= 1
                 if not _settle(w, line):
                     self._go_alone(w)  # 429/503 for this run: the lone path waits or fails over
+            self._flush_if_room()
 
     def _refused(self, inst: _Instance, status: int, runs: list[_Waiting]) -> None:
         if status in (401, 403):
@@ -187,8 +220,19 @@ class Batcher:
             if not w.future.done():
                 w.future.set_exception(e)
             return
+        finally:
+            self._flush_if_room()
         if not w.future.done():
             w.future.set_result(result)
+
+
+def learn_capacity(inst: _Instance, headers: Mapping[str, str]) -> None:
+    """Take the instance's workers and admission limit from an answer's headers."""
+    workers, admits = headers.get(CAPACITY_WORKERS), headers.get(CAPACITY_ADMITS)
+    if workers is not None and workers.isdigit():
+        inst.workers = int(workers)
+    if admits is not None and admits.isdigit():
+        inst.admits = int(admits)
 
 
 def _settle(w: _Waiting, line: BatchLine) -> bool:

@@ -53,6 +53,8 @@ from codegym.service import _metrics as m
 from codegym.service._auth import RequireToken, document_token
 from codegym.service._control import Admission, IdempotencyStore, KeyReused, Overloaded, Reply
 from codegym.service.models import (
+    CAPACITY_ADMITS,
+    CAPACITY_WORKERS,
     BatchItem,
     BatchLine,
     BatchRequest,
@@ -223,6 +225,12 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = state
+    # On every execution answer, so a client can keep just enough runs here (RemoteSandbox
+    # batching): how many run at once, and how many are admitted before 429.
+    capacity = {
+        CAPACITY_WORKERS: str(state.admission.slots),
+        CAPACITY_ADMITS: str(state.admission.slots + state.admission.queue),
+    }
 
     # -- helpers shared by the execution routes ---------------------------------
 
@@ -286,8 +294,9 @@ def create_app(
                 f"{IDEMPOTENCY_KEY_MAX} (a UUID is 36)",
             )
         status, body, retry_after = await answer(request.scope["path"], key, req, work)
-        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-        return _json(status, body, headers)
+        if retry_after is None:
+            return _json(status, body, capacity)
+        return _json(status, body, {**capacity, "Retry-After": str(retry_after)})
 
     def files_of(files: dict[str, Data]) -> dict[str, bytes]:
         out = {}
@@ -387,7 +396,7 @@ def create_app(
                 for r in runs:
                     r.cancel()
 
-        return _Lines(lines(), media_type=JSONL)
+        return _Lines(lines(), headers=capacity, media_type=JSONL)
 
     # -- sessions -----------------------------------------------------------------
 

@@ -47,7 +47,7 @@ from codegym.sandbox import (
     TestCase,
     Verdict,
 )
-from codegym.service._batch import RUN, Batcher
+from codegym.service._batch import RUN, Batcher, learn_capacity
 from codegym.service.models import (
     MAX_BATCH,
     ExecResultModel,
@@ -84,20 +84,21 @@ class Retry:
 
 @dataclass(frozen=True)
 class Batching:
-    """When ``run``/``run_python`` calls share one ``/v1/batch`` request (see
-    ``codegym.service._batch``): never while fewer than ``after`` calls of the client are
-    out alone, so a lone call never waits; past that, waiting calls leave together when a
-    lone call ends or after ``wait_s``, at most ``max_size`` to a request."""
+    """When concurrent ``run``/``run_python`` calls share one ``/v1/batch`` request (see
+    ``codegym.service._batch``): once this client has ``per_worker`` runs per worker of
+    the pool on the wire, further calls wait and leave together when it is below that
+    again, at most ``max_size`` to a request and ``wait_s`` after they came."""
 
-    after: int = 2
+    per_worker: float = 2.0
     max_size: int = 32
-    wait_s: float = 0.05
+    wait_s: float = 0.5
 
     def __post_init__(self) -> None:
-        if self.after < 1 or not 1 <= self.max_size <= MAX_BATCH or self.wait_s < 0:
+        if self.per_worker < 1 or not 1 <= self.max_size <= MAX_BATCH or self.wait_s < 0:
             raise SandboxInputError(
-                f"Batching(after={self.after}, max_size={self.max_size}, wait_s={self.wait_s}):"
-                f" need after >= 1, 1 <= max_size <= {MAX_BATCH} and wait_s >= 0"
+                f"Batching(per_worker={self.per_worker}, max_size={self.max_size}, "
+                f"wait_s={self.wait_s}): need per_worker >= 1, 1 <= max_size <= "
+                f"{MAX_BATCH} and wait_s >= 0"
             )
 
 
@@ -105,8 +106,13 @@ class Batching:
 class _Instance:
     url: str
     in_flight: int = 0
+    """Runs this client has on the wire to it."""
     failures: int = 0
     unavailable_until: float = 0.0
+    workers: int = 0
+    """As its last answer said (0: not known yet)."""
+    admits: int = 0
+    """Runs it admits before answering 429, as its last answer said."""
 
 
 @dataclass(frozen=True)
@@ -353,6 +359,7 @@ class RemoteSandbox:
                     method, inst.url + path, data=body, headers=headers, timeout=timeout
                 ) as answer:
                     after = answer.headers.get("Retry-After")
+                    learn_capacity(inst, answer.headers)
                     resp = _Reply(answer.status, after, await answer.read())
             except (aiohttp.ClientError, TimeoutError) as e:  # refused, reset, timed out
                 failures += 1

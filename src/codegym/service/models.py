@@ -325,6 +325,10 @@ class ExecResultModel(_Model):
 
 MAX_BATCH = 64
 """Runs in one ``/v1/batch`` request at most."""
+CAPACITY_WORKERS = "X-Codegym-Workers"
+"""Header of execution answers: runs the instance executes at once."""
+CAPACITY_ADMITS = "X-Codegym-Admits"
+"""Header of execution answers: runs it admits (running or queued) before answering 429."""
 
 
 class BatchItem(_Model):
