@@ -9,7 +9,8 @@ Sections:
               (client + loopback HTTP + server), and the p50 added (target <= 2 ms).
   batch       100 assert tests in one request (``run_tests``): median time both ways.
   throughput  runs/s with 16 calls in flight, for print(1) and for a ~20 ms CPU program
-              (target: service >= 80% of in-process).
+              (target: service >= 80% of in-process); also through a client that sends
+              every call on its own request (``batching=None``), the baseline of batching.
 
 The service runs as its own process (``python -m codegym.service``), as in production,
 next to an in-process pool of the same size; only one of them is driven at a time (an
@@ -104,15 +105,20 @@ def _service(workers: int) -> Iterator[str]:
 
 
 async def _rounds(
-    local: Runner, remote: Runner, rounds: int, measure: Callable[[Runner], Awaitable[float]]
-) -> tuple[float, float, float]:
-    """Medians of ``measure`` in-process, through the service, and of their ratio."""
-    a, b = [], []
+    sides: dict[str, Runner], rounds: int, measure: Callable[[Runner], Awaitable[float]]
+) -> dict[str, float]:
+    """Medians of ``measure`` on each side (the first is the base), and of each other
+    side's per-round ratio to the base (``<side>_ratio``)."""
+    got: dict[str, list[float]] = {name: [] for name in sides}
     for _ in range(rounds):
-        a.append(await measure(local))
-        b.append(await measure(remote))
-    ratios = [y / x for x, y in zip(a, b, strict=True)]
-    return statistics.median(a), statistics.median(b), statistics.median(ratios)
+        for name, runner in sides.items():
+            got[name].append(await measure(runner))
+    base, *others = sides
+    out = {name: statistics.median(xs) for name, xs in got.items()}
+    for name in others:
+        ratios = [y / x for x, y in zip(got[base], got[name], strict=True)]
+        out[f"{name}_ratio"] = statistics.median(ratios)
+    return out
 
 
 async def _compare(workers: int, quick: bool) -> dict[str, Any]:
@@ -133,16 +139,22 @@ async def _compare(workers: int, quick: bool) -> dict[str, Any]:
     async def cpu(sb: Runner) -> float:
         return await _throughput(sb, CPU_PROGRAM, 120)
 
-    sections = [("p50_ms", p50), ("p90_ms", p90), ("batch100_ms", batch)]
-    sections += [("trivial_per_s", trivial), ("cpu_per_s", cpu)]
+    sequential = [("p50_ms", p50), ("p90_ms", p90), ("batch100_ms", batch)]
+    concurrent = [("trivial_per_s", trivial), ("cpu_per_s", cpu)]
     out: dict[str, Any] = {"workers": workers, "rounds": rounds}
     with _service(workers) as url:
-        async with Sandbox(workers=workers) as local, RemoteSandbox(url, token=TOKEN) as remote:
-            for sb in (local, remote):
-                await _latency(sb, 20)  # warm up: connections, zygotes
-            for name, fn in sections:
-                here, there, ratio = await _rounds(local, remote, rounds, fn)
-                out[name] = {"in_process": here, "service": there, "ratio": ratio}
+        async with (
+            Sandbox(workers=workers) as local,
+            RemoteSandbox(url, token=TOKEN) as remote,
+            RemoteSandbox(url, token=TOKEN, batching=None) as alone,
+        ):
+            for sb in (local, remote, alone):
+                await _latency(sb, 20)  # warm up: connections, zygotes, learnt capacity
+            for name, fn in sequential:  # one call at a time: batching never applies
+                out[name] = await _rounds({"in_process": local, "service": remote}, rounds, fn)
+            sides = {"in_process": local, "service": remote, "service_alone": alone}
+            for name, fn in concurrent:
+                out[name] = await _rounds(sides, rounds, fn)
     return out
 
 
@@ -160,7 +172,7 @@ def main() -> None:
         f"workers={args.workers}, {result['rounds']} alternating rounds "
         "(in-process Sandbox vs service over loopback HTTP), medians"
     )
-    print(f"{'':24}{'in-process':>12}{'service':>12}{'ratio':>8}")
+    print(f"{'':24}{'in-process':>12}{'service':>12}{'ratio':>8}{'unbatched':>11}{'ratio':>8}")
     for key, label in [
         ("p50_ms", "print(1) p50 ms"),
         ("p90_ms", "print(1) p90 ms"),
@@ -169,12 +181,17 @@ def main() -> None:
         ("cpu_per_s", "20 ms-CPU runs/s"),
     ]:
         r = result[key]
-        print(f"{label:24}{r['in_process']:12.2f}{r['service']:12.2f}{r['ratio']:8.2f}")
+        row = f"{label:24}{r['in_process']:12.2f}{r['service']:12.2f}{r['service_ratio']:8.2f}"
+        if "service_alone" in r:
+            row += f"{r['service_alone']:11.2f}{r['service_alone_ratio']:8.2f}"
+        print(row)
     added = result["p50_ms"]["service"] - result["p50_ms"]["in_process"]
     print(f"added p50: {added:.2f} ms (target <= 2 ms)")
+    trivial, cpu = result["trivial_per_s"], result["cpu_per_s"]
     print(
-        f"throughput ratio: print(1) {result['trivial_per_s']['ratio']:.0%}, "
-        f"CPU program {result['cpu_per_s']['ratio']:.0%} (target >= 80%)"
+        f"throughput ratio: print(1) {trivial['service_ratio']:.0%}, CPU program "
+        f"{cpu['service_ratio']:.0%} (target >= 80%); one request per call: print(1) "
+        f"{trivial['service_alone_ratio']:.0%}, CPU program {cpu['service_alone_ratio']:.0%}"
     )
 
 
