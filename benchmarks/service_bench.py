@@ -3,6 +3,7 @@ side in one run, same worker count, same programs.
 
     .venv/bin/python benchmarks/service_bench.py            # full
     .venv/bin/python benchmarks/service_bench.py --quick    # fewer runs
+    .venv/bin/python benchmarks/service_bench.py --sweep    # + print(1) at 2, 4, 8 in flight
 
 Sections:
   latency     print(1), one call at a time: p50/p90 in-process vs through the service
@@ -11,6 +12,8 @@ Sections:
   throughput  runs/s with 16 calls in flight, for print(1) and for a ~20 ms CPU program
               (target: service >= 80% of in-process); also through a client that sends
               every call on its own request (``batching=None``), the baseline of batching.
+  sweep       (--sweep) print(1) runs/s at 2, 4 and 8 calls in flight, batching client
+              against the one-request-per-call client: batching must not cost light load.
 
 The service runs as its own process (``python -m codegym.service``), as in production,
 next to an in-process pool of the same size; only one of them is driven at a time (an
@@ -121,7 +124,7 @@ async def _rounds(
     return out
 
 
-async def _compare(workers: int, quick: bool) -> dict[str, Any]:
+async def _compare(workers: int, quick: bool, sweep: bool) -> dict[str, Any]:
     rounds = 3 if quick else 5
 
     async def p50(sb: Runner) -> float:
@@ -155,6 +158,12 @@ async def _compare(workers: int, quick: bool) -> dict[str, Any]:
             sides = {"in_process": local, "service": remote, "service_alone": alone}
             for name, fn in concurrent:
                 out[name] = await _rounds(sides, rounds, fn)
+            for k in (2, 4, 8) if sweep else ():
+
+                async def light(sb: Runner, k: int = k) -> float:
+                    return await _throughput(sb, "print(1)", 300, in_flight=k)
+
+                out[f"in_flight_{k}"] = await _rounds(sides, rounds, light)
     return out
 
 
@@ -163,8 +172,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer rounds")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--sweep", action="store_true", help="also 2, 4 and 8 calls in flight")
     args = ap.parse_args()
-    result = asyncio.run(_compare(args.workers, args.quick))
+    result = asyncio.run(_compare(args.workers, args.quick, args.sweep))
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -179,7 +189,10 @@ def main() -> None:
         ("batch100_ms", "100-test batch ms"),
         ("trivial_per_s", "print(1) runs/s"),
         ("cpu_per_s", "20 ms-CPU runs/s"),
+        *[(f"in_flight_{k}", f"print(1) runs/s, {k} in fl.") for k in (2, 4, 8)],
     ]:
+        if key not in result:
+            continue
         r = result[key]
         row = f"{label:24}{r['in_process']:12.2f}{r['service']:12.2f}{r['service_ratio']:8.2f}"
         if "service_alone" in r:

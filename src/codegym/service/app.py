@@ -4,6 +4,7 @@ Routes (all JSON unless said; ``/v1/*`` need ``Authorization: Bearer <token>``):
 
     POST   /v1/run                          one execution (Sandbox.run_python / run)
     POST   /v1/tests                        one program, many tests (Sandbox.run_tests)
+    POST   /v1/batch                        many runs, one JSON line each as it ends
     POST   /v1/sessions                     open a session -> {id, idle_ttl_s}
     POST   /v1/sessions/{id}/exec           run in the session's workspace
     PUT    /v1/sessions/{id}/files/{path}   upload raw bytes
@@ -17,6 +18,10 @@ it and the fix); 401: missing or wrong token; 404: unknown session or file; 413:
 file too large; 429 + Retry-After: the admission queue is full (nothing ran); 503 +
 Retry-After: draining or starting (nothing ran). ``Idempotency-Key`` on a POST makes a
 retry return the first answer without running twice, also while the first still runs.
+A batch's runs are each what ``/v1/run`` would be with their ``key``: admitted, refused
+(429) or answered on their own line. Execution answers carry ``X-Codegym-Workers`` and
+``X-Codegym-Admits`` (runs at once; runs admitted before 429), so a client can keep just
+enough work here.
 
 Threat model of the HTTP layer: the token guards every ``/v1`` route, in one ASGI layer
 (``_auth``) that answers before the body is read, and is compared in constant time; health
@@ -389,9 +394,13 @@ def create_app(
         runs = [asyncio.ensure_future(one(i, item)) for i, item in enumerate(batch.runs)]
 
         async def lines() -> AsyncIterator[bytes]:
+            pending = set(runs)
             try:
-                for ended in asyncio.as_completed(runs):
-                    yield await ended
+                while pending:
+                    # runs that ended together leave in one write: a send costs more
+                    # than its bytes (it wakes the client)
+                    ended, pending = await asyncio.wait(pending, return_when="FIRST_COMPLETED")
+                    yield b"".join(r.result() for r in ended)
             finally:  # the client went away: keyed runs go on (shielded) for its retry
                 for r in runs:
                     r.cancel()
