@@ -7,7 +7,9 @@ instance has and how many runs it admits. While this client has fewer than
 ``Batching.per_worker`` runs per worker on the wire, a call goes out at once, alone, so
 light traffic never waits. Past that mark, calls wait here, and leave together as soon as
 the client is below it again, in batches up to what each instance admits (so they meet no
-429 there either). ``Batching.wait_s`` bounds the wait. Each run keeps its own
+429 there either). After ``Batching.wait_s`` they leave even above the mark, as far as
+the instances admit them; they wait longer only while every instance is full, or go
+alone when no instance is up. Each run keeps its own
 Idempotency-Key: a run the batch leaves unanswered (the instance died, refused the batch,
 or answered 429/503 for that run) goes alone with the same key through the client's usual
 retries and failover, and never runs twice on an instance.
@@ -102,10 +104,16 @@ class Batcher:
             self._timer.cancel()
             self._timer = None
         waiting = [w for w in self._waiting if not w.future.done()]
+        if not self.enabled:  # the service has no /v1/batch
+            self._waiting = []
+            for w in waiting:
+                self._go_alone(w)
+            return
         now = time.monotonic()
         instances = [i for i in self._remote._instances if i.unavailable_until <= now and i.workers]
         while waiting:
-            room = [(i.admits - i.in_flight, i) for i in instances if i.admits > i.in_flight]
+            room = [(self._admits(i) - i.in_flight, i) for i in instances]
+            room = [(free, i) for free, i in room if free > 0]
             if not room:
                 break
             free, inst = max(room, key=lambda r: r[0])
@@ -121,6 +129,9 @@ class Batcher:
         elif waiting and self._timer is None:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(self._policy.wait_s, self.flush, True)
+
+    def _admits(self, inst: _Instance) -> int:
+        return inst.admits or int(self._policy.per_worker * inst.workers)
 
     def close(self) -> None:
         """Fail what is still waiting or unanswered (the client is closing)."""

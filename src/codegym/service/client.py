@@ -87,7 +87,8 @@ class Batching:
     """When concurrent ``run``/``run_python`` calls share one ``/v1/batch`` request (see
     ``codegym.service._batch``): once this client has ``per_worker`` runs per worker of
     the pool on the wire, further calls wait and leave together when it is below that
-    again, at most ``max_size`` to a request and ``wait_s`` after they came."""
+    again, at most ``max_size`` to a request; after ``wait_s`` they leave anyway, as far
+    as the instances admit them."""
 
     per_worker: float = 2.0
     max_size: int = 32
