@@ -9,6 +9,7 @@ sandbox itself fails (a worker that dies, hangs or breaks protocol) comes back a
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import time
@@ -34,6 +35,10 @@ from codegym.telemetry import metrics as _metrics  # telemetry: metrics and span
 from codegym.telemetry.tracing import set_error, span
 
 log = logging.getLogger("codegym.sandbox")
+# Names a pool's workers (and their cgroups and gVisor containers) uniquely in its process;
+# ``id(self)`` did not: a later pool could get a freed one's id while gVisor still tore
+# down its container, and runsc refused the name ("address already in use").
+_POOL_TAGS = itertools.count(1)
 
 Text = str | bytes
 Compare = Literal["exact", "tokens", "float"]
@@ -169,7 +174,7 @@ class Sandbox:
             log.warning(tier.warning)
         self._tier = tier
         self._bpf = _seccomp.deny_list_bpf()
-        tag = f"{os.getpid()}-{id(self) & 0xFFFF:x}"
+        tag = f"{os.getpid()}-{next(_POOL_TAGS):x}"
         spec = WorkerSpec if not self._session else _session_spec(self._session_disk_mb)
         self._workers = [Worker(tier, spec(f"{tag}-w{i}"), self._bpf) for i in range(self.size)]
         try:

@@ -58,6 +58,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -142,7 +143,9 @@ class GVisorTier(Tier):
             "run",
             "--bundle",
             str(bundle),
-            f"codegym-{spec.name}",
+            # a restarted worker keeps its name; its container ID must not meet the one
+            # of the crashed predecessor that runsc may still be tearing down
+            f"codegym-{spec.name}-{secrets.token_hex(3)}",
         ]
         config = {
             "namespaces": True,
