@@ -191,7 +191,9 @@ async def test_killed_actor_episodes_are_redispatched_once(
     assert len(keys) == len(set(keys)) == 48  # none lost, none twice
     assert stats["actor_deaths"] == 1 and stats["actor_restarts"] == 1
     assert stats["redispatched"] >= 4
-    assert s["faults"] == {}  # a re-dispatch is the executor's business, not a failed attempt
+    # a re-dispatch is the executor's business, not a failed attempt (the detail: CI saw one
+    # `code/harness_error` here once, not reproduced since)
+    assert s["faults"] == {}, engine.breaker.last_detail
     assert all(t.attempt == 0 for t in trajs)  # the same attempt, sent again
 
 

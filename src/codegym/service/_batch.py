@@ -213,10 +213,7 @@ class Batcher:
 
     def _refused(self, inst: _Instance, status: int, runs: list[_Waiting]) -> None:
         if status in (401, 403):
-            error = SandboxError(
-                f"{inst.url} refused the token ({status}): pass the service's token as "
-                "RemoteSandbox(token=...) or set CODEGYM_TOKEN"
-            )
+            error = token_refused(inst.url, status)
             for w in runs:
                 if not w.future.done():
                     w.future.set_exception(error)
@@ -235,6 +232,14 @@ class Batcher:
             self._flush_if_room()
         if not w.future.done():
             w.future.set_result(result)
+
+
+def token_refused(url: str, status: int) -> SandboxError:
+    """The error of a call whose token the service refused (401, 403)."""
+    return SandboxError(
+        f"{url} refused the token ({status}): pass the service's token as "
+        "RemoteSandbox(token=...) or set CODEGYM_TOKEN"
+    )
 
 
 def learn_capacity(inst: _Instance, headers: Mapping[str, str]) -> None:

@@ -47,7 +47,7 @@ from codegym.sandbox import (
     TestCase,
     Verdict,
 )
-from codegym.service._batch import RUN, Batcher, learn_capacity
+from codegym.service._batch import RUN, Batcher, learn_capacity, token_refused
 from codegym.service.models import (
     MAX_BATCH,
     ExecResultModel,
@@ -376,10 +376,7 @@ class RemoteSandbox:
             if resp.status in (400, 413, 422):
                 raise SandboxInputError(f"the sandbox service refused the request: {detail}")
             if resp.status in (401, 403):
-                raise SandboxError(
-                    f"{inst.url} refused the token ({resp.status}): pass the service's "
-                    "token as RemoteSandbox(token=...) or set CODEGYM_TOKEN"
-                )
+                raise token_refused(inst.url, resp.status)
             why = f"{inst.url}: HTTP {resp.status}: {detail}"
             if resp.status == 404:
                 return _Failure(why)  # a session that is gone stays gone
