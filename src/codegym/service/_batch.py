@@ -234,6 +234,11 @@ class Batcher:
             w.future.set_result(result)
 
 
+def input_refused(detail: str) -> SandboxInputError:
+    """The error of a call whose input the service refused (400, 413, 422)."""
+    return SandboxInputError(f"the sandbox service refused the request: {detail}")
+
+
 def token_refused(url: str, status: int) -> SandboxError:
     """The error of a call whose token the service refused (401, 403)."""
     return SandboxError(
@@ -259,8 +264,6 @@ def _settle(w: _Waiting, line: BatchLine) -> bool:
         return True
     if line.status in (400, 413, 422):
         if not w.future.done():
-            w.future.set_exception(
-                SandboxInputError(f"the sandbox service refused the request: {line.detail}")
-            )
+            w.future.set_exception(input_refused(str(line.detail)))
         return True
     return False

@@ -60,6 +60,7 @@ from codegym.service._control import Admission, IdempotencyStore, KeyReused, Ove
 from codegym.service.models import (
     CAPACITY_ADMITS,
     CAPACITY_WORKERS,
+    IDEMPOTENCY_KEY_MAX,
     BatchItem,
     BatchLine,
     BatchRequest,
@@ -145,7 +146,6 @@ class _State:
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (400, 401, 404, 413, 429, 503)
 }
-IDEMPOTENCY_KEY_MAX = 200
 # Read from the headers in ``once`` rather than declared as a parameter: FastAPI's per-
 # request parameter solving cost ~50 µs of CPU per call (docs/BENCHMARKS.md, service).
 _IDEMPOTENT: dict[str, Any] = {

@@ -47,7 +47,13 @@ from codegym.sandbox import (
     TestCase,
     Verdict,
 )
-from codegym.service._batch import RUN, Batcher, learn_capacity, token_refused
+from codegym.service._batch import (
+    RUN,
+    Batcher,
+    input_refused,
+    learn_capacity,
+    token_refused,
+)
 from codegym.service.models import (
     MAX_BATCH,
     ExecResultModel,
@@ -374,7 +380,7 @@ class RemoteSandbox:
                 return inst, resp
             detail = _detail(resp)
             if resp.status in (400, 413, 422):
-                raise SandboxInputError(f"the sandbox service refused the request: {detail}")
+                raise input_refused(detail)
             if resp.status in (401, 403):
                 raise token_refused(inst.url, resp.status)
             why = f"{inst.url}: HTTP {resp.status}: {detail}"

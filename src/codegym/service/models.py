@@ -325,6 +325,8 @@ class ExecResultModel(_Model):
 
 MAX_BATCH = 64
 """Runs in one ``/v1/batch`` request at most."""
+IDEMPOTENCY_KEY_MAX = 200
+"""Characters in an ``Idempotency-Key`` (or a batch run's ``key``) at most."""
 CAPACITY_WORKERS = "X-Codegym-Workers"
 """Header of execution answers: runs the instance executes at once."""
 CAPACITY_ADMITS = "X-Codegym-Admits"
@@ -334,7 +336,7 @@ CAPACITY_ADMITS = "X-Codegym-Admits"
 class BatchItem(_Model):
     """One run of a batch, with the ``Idempotency-Key`` it would carry alone."""
 
-    key: str = Field(min_length=1, max_length=200)
+    key: str = Field(min_length=1, max_length=IDEMPOTENCY_KEY_MAX)
     """Unique per run: a retry of this run (in a batch or alone) gets the first answer."""
     run: RunRequest
 
