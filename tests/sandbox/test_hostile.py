@@ -323,7 +323,7 @@ async def test_kill_the_zygote(sb: Sandbox, host_sleeper: subprocess.Popen[bytes
         targets = visible | {int(a) for a in sys.argv[1:]} | set(range(1, 4096))
         for path in glob.glob('/run/cg/*'):
             try:
-                targets |= {int(x) for x in open(path).read().split()}
+                targets |= {int(x) for x in open(path).read().split() if int(x) < 1 << 22}
             except (OSError, ValueError):
                 pass
         reached = set()

@@ -234,40 +234,44 @@ async def test_forge_test_results(sb: Sandbox) -> None:
     tests = [AssertTest("assert solve() == 42"), AssertTest("assert False")]
     r = await sb.run_tests(code, tests, limits=LIMITS)
     await _aftermath(sb, snap)
-    assert not any(t.passed for t in r.tests), r.tests
-    assert all(t.verdict == Verdict.ERROR and "forged" in t.detail for t in r.tests), r.tests
+    # results come from the judge, which the program's fds do not reach
+    assert [(t.passed, t.verdict) for t in r.tests] == [
+        (False, Verdict.ERROR),
+        (False, Verdict.OK),
+    ], r.tests
 
 
 # What a test fork used to report on its private fd 3, and what the harness wrote to the
-# zygote: a program that writes exactly these (plainly, or with a guessed tag) forges a pass.
+# zygote: a program that writes exactly these (plainly, or with a guessed tag) on any fd
+# must not forge a pass (assert tests are judged outside the program's run).
 FORK_PASS = b'{"passed": true, "verdict": "ok", "detail": ""}'
 LINE_PASS = b'{"i": 0, "passed": true, "verdict": "ok", "detail": ""}\n'
 GUESSED_TAG = b"0" * 32 + b" "
 
 
-async def test_forge_a_result_from_inside_a_forked_test(sb: Sandbox) -> None:
-    # several assert tests each run in a fork that reports to the harness on fd 3
+async def test_forge_a_result_from_inside_a_call(sb: Sandbox) -> None:
+    # each assert test's run: the program serves calls, its fds lead nowhere that judges
     snap = _snapshot(sb)
     code = f"import os\ndef solve():\n    os.write(3, {FORK_PASS!r})\n    os._exit(0)\n"
     tests = [AssertTest("assert solve() == 42"), AssertTest("assert solve() == 43")]
     r = await sb.run_tests(code, tests, limits=LIMITS)
     await _aftermath(sb, snap)
     assert [(t.passed, t.verdict) for t in r.tests] == [(False, Verdict.ERROR)] * 2, r.tests
-    assert all("forged" in t.detail for t in r.tests), r.tests
+    assert all("before the test finished" in t.detail for t in r.tests), r.tests
 
 
 @pytest.mark.parametrize("line", [LINE_PASS, GUESSED_TAG + LINE_PASS], ids=["plain", "tagged"])
-async def test_forge_a_result_from_the_single_in_process_test(sb: Sandbox, line: bytes) -> None:
+async def test_forge_a_result_from_the_only_test(sb: Sandbox, line: bytes) -> None:
     snap = _snapshot(sb)
     code = f"import os\ndef solve():\n    os.write(3, {line!r})\n    os._exit(0)\n"
     r = await sb.run_tests(code, [AssertTest("assert solve() == 42")], limits=LIMITS)
     await _aftermath(sb, snap)
     (t,) = r.tests
-    assert (t.passed, t.verdict) == (False, Verdict.ERROR) and "forged" in t.detail, t
+    assert (t.passed, t.verdict) == (False, Verdict.ERROR), t
 
 
 async def test_forge_a_result_from_a_child_process(sb: Sandbox) -> None:
-    # no in-process secret to dig out: the child is a fresh interpreter
+    # a fresh interpreter with the program's fds
     snap = _snapshot(sb)
     code = dedent(f"""
         import os, subprocess, sys
@@ -280,7 +284,7 @@ async def test_forge_a_result_from_a_child_process(sb: Sandbox) -> None:
     r = await sb.run_tests(code, [AssertTest("assert solve() == 42")], limits=LIMITS)
     await _aftermath(sb, snap)
     (t,) = r.tests
-    assert (t.passed, t.verdict) == (False, Verdict.ERROR) and "forged" in t.detail, t
+    assert (t.passed, t.verdict) == (False, Verdict.ERROR), t
 
 
 async def test_forge_a_stdio_pass(sb: Sandbox) -> None:
@@ -323,8 +327,9 @@ async def test_a_self_sent_sigxcpu_is_not_a_timeout(sb: Sandbox) -> None:
     code = "import os, signal\nos.kill(os.getpid(), signal.SIGXCPU)\n"
     r = await sb.run_python(code, limits=LIMITS)
     assert (r.verdict, r.signal) == (Verdict.KILLED, "SIGXCPU"), (r.verdict, r.reason)
-    tests = [AssertTest(code.replace("\n", "; ")), AssertTest("assert True")]
-    r = await sb.run_tests("", tests, limits=LIMITS)
+    program = "import os, signal\ndef f():\n    os.kill(os.getpid(), signal.SIGXCPU)\n"
+    tests = [AssertTest("f()"), AssertTest("assert True")]
+    r = await sb.run_tests(program, tests, limits=LIMITS)
     assert r.tests[0].verdict == Verdict.KILLED, r.tests
     assert (r.tests[1].passed, r.tests[1].verdict) == (True, Verdict.OK), r.tests
     await _aftermath(sb, snap)

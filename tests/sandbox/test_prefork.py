@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from codegym.sandbox import AssertTest, HostUnsupported, Limits, Sandbox, Verdict
+from codegym.sandbox import AssertTest, HostUnsupported, IOTest, Limits, Sandbox, Verdict
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -112,13 +112,14 @@ async def test_an_idle_child_killed_from_outside_is_replaced(sb: Sandbox) -> Non
     assert (sb.infra_count, sb.recycles) == (infra, recycles)  # no retry, no restart
 
 
-async def test_every_run_and_every_forked_test_gets_its_own_random_stream(sb: Sandbox) -> None:
+async def test_every_run_and_every_assert_test_gets_its_own_random_stream(sb: Sandbox) -> None:
     runs = [await sb.run_python("import random; print(random.random())") for _ in range(3)]
     assert all(r.verdict == Verdict.OK for r in runs)
     assert len({r.stdout for r in runs}) == 3, [r.stdout for r in runs]
-    # several assert tests fork once each: each fork reseeds, as os.fork() does
-    tests = [AssertTest("print(random.random())")] * 3
-    r = await sb.run_tests("import random\n", tests)
+    # several assert tests run the program afresh each: each run reseeds, as a fork does
+    tests = [AssertTest("assert ok() == 1")] * 3
+    code = "import random\nprint(random.random(), flush=True)\ndef ok(): return 1\n"
+    r = await sb.run_tests(code, tests)
     assert r.verdict == Verdict.OK and all(t.passed for t in r.tests), r.tests
     draws = r.stdout.split()
     assert len(draws) == 3 and len(set(draws)) == 3, r.stdout
@@ -150,20 +151,21 @@ async def test_threads_and_imports_work_in_a_run(sb: Sandbox) -> None:
     )
 
 
-async def test_per_test_forks_after_the_program_started_a_thread(sb: Sandbox) -> None:
-    # a live thread makes the harness take os.fork()'s full at-fork path for each test
+async def test_stdio_case_forks_after_the_harness_imported_from_a_thread(sb: Sandbox) -> None:
+    # each stdio case is a fork of the run's supervisor; a program thread lives in a case
     code = (
-        "import threading, time\n"
+        "import threading, time, fractions\n"
         "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "print(threading.active_count())\n"
     )
-    tests = [AssertTest("import fractions; assert threading.active_count() == 1")] * 2
+    tests = [IOTest("", "2")] * 2
     r = await sb.run_tests(code, tests, limits=Limits(wall_s=10))
     assert [t.passed for t in r.tests] == [True, True], [(t.verdict, t.detail) for t in r.tests]
 
 
-async def test_a_program_that_breaks_random_still_gets_its_forked_tests(sb: Sandbox) -> None:
+async def test_a_program_that_breaks_random_still_gets_its_forked_cases(sb: Sandbox) -> None:
     # the reseed after a fork must not fail the fork, as CPython's own hook does not
-    code = "import random\nrandom.seed = None\nrandom.Random.seed = None\ndef f(x): return x + 1\n"
-    tests = [AssertTest("assert f(1) == 2"), AssertTest("assert f(2) == 3")]
+    code = "import random\nrandom.seed = None\nrandom.Random.seed = None\nprint(int(input()) + 1)\n"
+    tests = [IOTest("1", "2"), IOTest("2", "3")]
     r = await sb.run_tests(code, tests)
     assert [t.passed for t in r.tests] == [True, True], [(t.verdict, t.detail) for t in r.tests]

@@ -57,9 +57,10 @@ async def test_runs_as_the_sandbox_uid_when_root(sb: Sandbox) -> None:
         assert uid == os.getuid()
 
 
-async def test_forked_tests_each_get_their_own_random_stream(sb: Sandbox) -> None:
-    tests = [AssertTest("print(random.random())")] * 3
-    r = await sb.run_tests("import random\n", tests)
+async def test_assert_tests_each_get_their_own_random_stream(sb: Sandbox) -> None:
+    tests = [AssertTest("assert ok() == 1")] * 3
+    code = "import random\nprint(random.random(), flush=True)\ndef ok(): return 1\n"
+    r = await sb.run_tests(code, tests)
     assert all(t.passed for t in r.tests), r.tests
     assert len(set(r.stdout.split())) == 3, r.stdout
 

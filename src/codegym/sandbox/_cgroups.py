@@ -166,6 +166,19 @@ class WorkerCgroup:
         """cgroup.procs of the run slot(s): each execution writes itself there."""
         return [d / "run" / "cgroup.procs" for d in self.dirs]
 
+    def counters(self) -> dict[str, Path]:
+        """The slot's CPU and OOM-kill counters, by the name the zygote reads them under
+        (``cpu_ns``: v1 ``cpuacct.usage``; ``cpu_stat``: v2 ``cpu.stat``; ``oom``)."""
+        if self.v == 1:
+            return {
+                "cpu_ns": self._ctl("cpuacct") / "cpuacct.usage",
+                "oom": self._ctl("memory") / "memory.oom_control",
+            }
+        return {
+            "cpu_stat": self._ctl("cpu") / "cpu.stat",
+            "oom": self._ctl("memory") / "memory.events",
+        }
+
     def delegated(self) -> list[Path]:
         files = self.slot_procs()
         return files + (self.procs() if self.v == 2 else [])

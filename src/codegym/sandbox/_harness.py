@@ -29,21 +29,21 @@ import ctypes
 import errno
 import hmac
 import json
-import math
 import os
 import re
 import resource
-import select
 import signal
+import stat
 import sys
 import threading
-import time
 import traceback
 import types
 
-RESULT_FD = 3
-MARK_FD = 4
-_OUT_CAP = 1 << 20
+RESULT_FD = 3  # results of stdio cases, and the signed death mark of pid 1
+MARK_FD = RESULT_FD
+READY_FD = 4  # set-up done ("R"), or the upload that failed ("F..."); closed before the program
+CALL_FD = 6  # serve mode: the socket to the assert test's judge
+COUNTERS: dict | None = None  # the run slot's cgroup counter files, set by the zygote
 _TAG_HEX = 32  # 128 bits of HMAC-SHA256: unforgeable without the key, short on the wire
 _SIGNED = re.compile(rb"([0-9a-f]{%d}) ([^\n]*)\n" % _TAG_HEX)
 # a genuine SIGXCPU lands at the rlimit by the kernel's tick-sampled clock, which on a
@@ -121,29 +121,56 @@ def death_handler(channel: Channel):  # -> Callable[[int, object], None]
     return die
 
 
+_MARK = re.compile(rb"S\d{1,2}")
+
+
 def death_signal(marks: bytes, key: bytes | bytearray) -> int | None:
     """The signal a genuine death mark in ``marks`` names; forged marks are ignored."""
     for payload in verified(marks, key)[0]:
-        if re.fullmatch(rb"S\d{1,2}", payload):
+        if _MARK.fullmatch(payload):
             return int(payload[1:])
     return None
 
 
-def _default_signals() -> None:
-    """In a forked test process (not pid 1) the kernel's defaults work again."""
-    for sig in FATAL_BY_DEFAULT:
-        if getattr(signal.getsignal(sig), "codegym_die", False):
-            signal.signal(sig, signal.SIG_DFL)
+def write_files(root: str, files: list, blobs: list[bytes]) -> str | None:
+    """Write uploads under ``root`` without following symlinks; None, or what failed.
 
-
-def write_files(files: list, blobs: list[bytes]) -> None:
+    Every component is opened relative to its parent with ``O_NOFOLLOW``, so a folder a
+    program replaced by a symlink (in a session) refuses the upload instead of sending it
+    elsewhere; a FIFO or device where a file should be is refused too (opened
+    non-blocking, then checked).
+    """
     for path, idx, mode in files:
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(blobs[idx])
+        parts = path.split("/")
+        dfd = -1
+        try:
+            dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+            for part in parts[:-1]:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=dfd)
+                except FileExistsError:
+                    pass
+                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd)
+                os.close(dfd)
+                dfd = sub
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(parts[-1], flags, mode, dir_fd=dfd)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return f"could not write {path!r}: it exists and is not a regular file"
+                os.ftruncate(fd, 0)
+                view = memoryview(blobs[idx])
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+        except OSError as e:
+            why = "a folder on its path is a symbolic link" if e.errno == errno.ELOOP else None
+            return f"could not write {path!r}: {why or e.strerror}"
+        finally:
+            if dfd >= 0:
+                os.close(dfd)
+    return None
 
 
 def parse_results(raw: bytes, key: bytes | bytearray) -> tuple[list[dict], bool]:
@@ -151,6 +178,8 @@ def parse_results(raw: bytes, key: bytes | bytearray) -> tuple[list[dict], bool]
     lines, forged = verified(raw, key)
     out = []
     for line in lines:
+        if _MARK.fullmatch(line):
+            continue  # pid 1's death mark shares the channel
         try:
             out.append(json.loads(line))
         except ValueError:
@@ -320,18 +349,18 @@ def _main_module(path: str) -> dict:
     return mod.__dict__
 
 
-def _exec_main(code_obj, path: str) -> tuple[int, dict]:
-    """Run compiled code as ``__main__``; returns (exit code, globals)."""
+def exec_main(code_obj, path: str) -> tuple[int, dict, bool]:
+    """Run compiled code as ``__main__``: (exit code, globals, whether it called exit)."""
     g = _main_module(path)
     rc = 0
     try:
         exec(code_obj, g)
     except SystemExit as e:
-        rc = _exit_code(e.code)
+        return _exit_code(e.code), g, True
     except BaseException:
         traceback.print_exc()
         rc = 1
-    return rc, g
+    return rc, g, False
 
 
 def _exit_code(code: object) -> int:
@@ -343,7 +372,7 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def _finish(rc: int) -> None:
+def finish(rc: int) -> None:
     """Exit like the interpreter would: join threads, run exit hooks, flush.
 
     As in CPython's ``Py_FinalizeEx``, a failed flush of ``sys.stdout`` (say, fd 1 was
@@ -377,309 +406,46 @@ def _unraisable(obj: object, exc: BaseException) -> None:
         pass  # stderr is gone too
 
 
+def compile_program(blobs: list[bytes], req: dict) -> tuple[object, str]:
+    """The program's code object and path; raises SyntaxError/ValueError as compile does."""
+    src = blobs[req["code"]]
+    path = os.path.join(os.getcwd(), "main.py")
+    with open(path, "wb") as f:
+        f.write(src)
+    return compile(src, path, "exec"), path
+
+
 def run(req: dict, blobs: list[bytes], channel: Channel) -> int:
+    """Run the request in this process (E, pid 1 of the run's namespace).
+
+    Modes: ``exec`` replaces this process with a command; ``python`` runs the program
+    here; ``serve`` runs the program here and then answers an assert test's judge on
+    ``CALL_FD``; with stdio ``tests`` this process only supervises, each case running in
+    a child (``_stdio``), and the program never runs here.
+    """
     mode = req["mode"]
     tests = req.get("tests")
-    if mode == "exec" and not tests:
+    if tests:
+        import _stdio
+
+        _stdio.run_cases(channel, req, blobs)
+        os._exit(0)
+    if mode == "exec":
         argv = req["argv"]
         channel.wipe()
-        for fd in (RESULT_FD, MARK_FD):
-            os.set_inheritable(fd, False)  # the command has no use for the harness's pipes
         os.execvpe(argv[0], argv, dict(os.environ))
     sys.argv = list(req.get("argv") or ["main.py"])
-    if mode == "python":
-        src = blobs[req["code"]]
-        path = os.path.join(os.getcwd(), "main.py")
-        with open(path, "wb") as f:
-            f.write(src)
-        try:
-            code_obj = compile(src, path, "exec")
-        except (SyntaxError, ValueError):
-            traceback.print_exc(limit=0)
-            if tests:
-                _report_all(channel, tests, "error", "the program does not compile")
-            _finish(1)
-            return 1
-    else:
-        code_obj = None
-    if not tests:
-        rc, _ = _exec_main(code_obj, path)
-        _finish(rc)
-    kind = tests[0]["kind"]
-    if kind == "assert":
-        _run_asserts(channel, code_obj, path, tests, req["limits"])
-    else:
-        _run_stdio(channel, code_obj, req, tests, blobs)
-    _finish(0)
-    return 0
-
-
-def _report_all(channel: Channel, tests: list, verdict: str, detail: str) -> None:
-    for i in range(len(tests)):
-        channel.report({"i": i, "passed": False, "verdict": verdict, "detail": detail})
-
-
-def _run_asserts(channel: Channel, code_obj, path: str, tests: list, lim: dict) -> None:
-    rc, g = _exec_main(code_obj, path)
-    if rc != 0:
-        _report_all(channel, tests, "error", f"the program exited with {rc} before the tests")
-        return
-    compiled = []
-    for t in tests:
-        try:
-            compiled.append(compile(t["code"], "<test>", "exec"))
-        except SyntaxError as e:
-            compiled.append(e)
-    if len(tests) == 1:
-        channel.report({"i": 0, **_assert_in_process(compiled[0], g)})
-        return
-    for i, c in enumerate(compiled):
-        run_one = lambda c=c: _assert_child(channel, c, g)  # noqa: E731
-        channel.report({"i": i, **_in_child(channel, run_one, lim, None)[0]})
-
-
-def _assert_in_process(code_obj, g: dict) -> dict:
-    if isinstance(code_obj, SyntaxError):
-        return {"passed": False, "verdict": "error", "detail": f"bad test: {code_obj}"}
     try:
-        exec(code_obj, g)
-    except AssertionError as e:
-        return {"passed": False, "verdict": "ok", "detail": f"AssertionError: {e}"[:500]}
-    except MemoryError:
-        return {"passed": False, "verdict": "memory", "detail": "MemoryError"}
-    except BaseException as e:
-        return {"passed": False, "verdict": "error", "detail": f"{type(e).__name__}: {e}"[:500]}
-    return {"passed": True, "verdict": "ok", "detail": ""}
+        code_obj, path = compile_program(blobs, req)
+    except (SyntaxError, ValueError):
+        traceback.print_exc(limit=0)
+        finish(1)
+        return 1
+    rc, g, exited = exec_main(code_obj, path)
+    if mode == "serve" and rc == 0 and not exited:
+        import _serve  # imported by the zygote; the program may have replaced it: its loss
 
-
-def _assert_child(channel: Channel, code_obj, g: dict) -> int:
-    res = _assert_in_process(code_obj, g)
-    try:
-        sys.stdout.flush()
-    except BaseException:
-        pass
-    channel.report(res)  # fd 3 is this test's private pipe to the harness
-    return 0
-
-
-def _run_stdio(channel: Channel, code_obj, req: dict, tests: list, blobs: list[bytes]) -> None:
-    lim = req["limits"]
-    argv = req.get("argv")
-    build = req.get("build")
-    if build:
-        res, out = _in_child(channel, lambda: _exec_merged(build), lim, b"")
-        if not res["passed"]:
-            why = res["detail"] if res["verdict"] != "ok" else ""
-            _report_all(channel, tests, "error", f"build failed: {why} {_snip(out)}".strip())
-            return
-    for i, t in enumerate(tests):
-        stdin = blobs[t["stdin"]]
-        if code_obj is not None:
-            res, out = _in_child(channel, lambda: _stdio_python(code_obj), lim, stdin)
-        else:
-            run_cmd = lambda: os.execvpe(argv[0], argv, dict(os.environ))  # noqa: E731
-            res, out = _in_child(channel, run_cmd, lim, stdin)
-        if res["verdict"] == "ok":
-            passed = compare(
-                out, blobs[t["expected"]], t.get("compare", "exact"), t.get("tolerance", 1e-6)
-            )
-            res = {
-                "passed": passed,
-                "verdict": "ok",
-                "detail": "" if passed else "wrong answer: " + _snip(out),
-            }
-        channel.report({"i": i, **res})
-
-
-def _exec_merged(argv: list) -> int:
-    os.dup2(1, 2)  # compiler diagnostics go where the report can quote them
-    os.execvpe(argv[0], argv, dict(os.environ))
-    return 127
-
-
-def _stdio_python(code_obj) -> int:
-    _std_streams()
-    rc, _ = _exec_main(code_obj, os.path.join(os.getcwd(), "main.py"))
-    _finish(rc)
+        del code_obj, path
+        _serve.serve(g, CALL_FD)
+    finish(rc)
     return rc
-
-
-def _in_child(channel: Channel, fn, lim: dict, stdin: bytes | None) -> tuple[dict, bytes]:
-    """Fork, run ``fn`` in the child under the per-test limits; judge it here.
-
-    ``stdin`` None means an assert test: the child reports one signed result on a private
-    pipe at fd 3. Otherwise the child runs a program whose output is compared: it gets no
-    result pipe and no key at all, so nothing it writes can pass for a result.
-    """
-    import resource
-
-    res_r = res_w = -1
-    out_r = out_w = -1
-    if stdin is None:
-        res_r, res_w = os.pipe()
-    else:
-        out_r, out_w = os.pipe()
-        in_fd = os.memfd_create("case")
-        os.write(in_fd, stdin)
-        os.lseek(in_fd, 0, 0)
-    sys.stdout.flush()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.monotonic()
-    pid = fork()
-    if pid == 0:
-        rc = 1
-        try:
-            _default_signals()
-            # gVisor arms RLIMIT_CPU on setrlimit only, not on fork: arm it again
-            resource.setrlimit(resource.RLIMIT_CPU, resource.getrlimit(resource.RLIMIT_CPU))
-            os.close(MARK_FD)  # not pid 1: signals end it without a mark
-            if stdin is None:
-                os.close(res_r)
-                os.dup2(res_w, RESULT_FD)
-                os.close(res_w)
-            else:
-                channel.wipe()
-                os.close(RESULT_FD)
-                os.dup2(in_fd, 0)
-                os.dup2(out_w, 1)
-                for fd in (out_r, out_w, in_fd):
-                    os.close(fd)
-            rc = fn()
-        finally:
-            os._exit(rc)
-    if stdin is None:
-        os.close(res_w)
-    else:
-        os.close(out_w)
-        os.close(in_fd)
-    watch = ExitWatch(pid)
-    pidfd = watch.fd
-    out = bytearray()
-    res_buf = bytearray()
-    poller = select.poll()
-    for fd in (pidfd, res_r, out_r):
-        if fd >= 0:
-            poller.register(fd, select.POLLIN)
-    deadline = start + lim["wall_s"]
-    exited = timed_out = overflow = False
-    open_fds = {res_r, out_r} - {-1}
-    while not exited or open_fds:
-        left = deadline - time.monotonic()
-        if left <= 0 and not exited:
-            timed_out = True
-            _kill_tree(pid)
-            deadline = float("inf")
-            continue
-        for fd, _ in poller.poll(None if left == float("inf") else max(0.0, left) * 1000):
-            if fd == pidfd:
-                if watch.exited():
-                    exited = True
-                    poller.unregister(fd)
-                continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                poller.unregister(fd)
-                open_fds.discard(fd)
-            elif fd == res_r:
-                res_buf += chunk[: max(0, 65536 - len(res_buf))]
-            else:
-                out += chunk[: max(0, _OUT_CAP - len(out))]
-                if len(out) >= _OUT_CAP and not overflow:
-                    overflow = True
-                    _kill_tree(pid)
-    _, status = os.waitpid(pid, 0)
-    watch.close()
-    for fd in (res_r, out_r):
-        if fd >= 0:
-            os.close(fd)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    timing = {"cpu_s": round(cpu, 6), "wall_s": round(time.monotonic() - start, 6)}
-    sig = _signal_of(status)
-    # a SIGXCPU is believed only with the CPU to show for it: the program can send it too
-    xcpu = sig == signal.SIGXCPU and cpu >= XCPU_MIN_FRACTION * lim["cpu_s"]
-    if timed_out or cpu > lim["cpu_s"] or xcpu:
-        return {"passed": False, "verdict": "timeout", "detail": "", **timing}, bytes(out)
-    if overflow:
-        return {"passed": False, "verdict": "output_limit", "detail": "", **timing}, bytes(out)
-    if res_buf:
-        results, forged = parse_results(bytes(res_buf), channel._key)
-        if forged or len(results) != 1:
-            return {**_FORGED, **timing}, bytes(out)
-        return {**results[0], **timing}, bytes(out)
-    if sig:
-        verdict = "memory" if sig == signal.SIGKILL else "killed"
-        return {
-            "passed": False,
-            "verdict": verdict,
-            "detail": f"killed by {signal.Signals(sig).name}",
-            **timing,
-        }, bytes(out)
-    code = os.waitstatus_to_exitcode(status)
-    if stdin is None:  # an assert test that never reported: it exited early
-        return {
-            "passed": False,
-            "verdict": "error",
-            "detail": f"the test exited with {code} before finishing",
-            **timing,
-        }, bytes(out)
-    verdict = "ok" if code == 0 else "error"
-    return {
-        "passed": code == 0,
-        "verdict": verdict,
-        "detail": "" if code == 0 else f"exit code {code}",
-        **timing,
-    }, bytes(out)
-
-
-_FORGED = {
-    "passed": False,
-    "verdict": "error",
-    "detail": "forged: the program wrote to the harness's result channel",
-    "forged": True,
-}
-
-
-def _kill_tree(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _signal_of(status: int) -> int:
-    return os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
-
-
-def _snip(b: bytes) -> str:
-    return b[:200].decode("utf-8", "replace")
-
-
-def compare(actual: bytes, expected: bytes, mode: str, tolerance: float) -> bool:
-    """Compare program output with the expected output.
-
-    ``exact`` ignores only trailing whitespace at line ends and at the end; ``tokens``
-    compares whitespace-separated tokens; ``float`` compares tokens numerically with a
-    relative/absolute tolerance where both parse as numbers.
-    """
-    a = actual.decode("utf-8", "replace")
-    e = expected.decode("utf-8", "replace")
-    if mode == "exact":
-        return [ln.rstrip() for ln in a.rstrip().splitlines()] == [
-            ln.rstrip() for ln in e.rstrip().splitlines()
-        ]
-    at, et = a.split(), e.split()
-    if len(at) != len(et):
-        return False
-    if mode == "tokens":
-        return at == et
-    for x, y in zip(at, et, strict=True):
-        if x == y:
-            continue
-        try:
-            fx, fy = float(x), float(y)
-        except ValueError:
-            return False
-        if not math.isclose(fx, fy, rel_tol=tolerance, abs_tol=tolerance):
-            return False
-    return True

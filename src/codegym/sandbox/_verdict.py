@@ -62,7 +62,11 @@ def judge(
 
     reason = ""
     verdict: Verdict
-    if reply.get("timed_out"):
+    if reply.get("setup_error"):
+        # an upload the caller asked for could not be written (a bad name for this file
+        # system, a full disk, a folder a session's program replaced): theirs, not ours
+        verdict, reason = Verdict.ERROR, str(reply["setup_error"])[:1000]
+    elif reply.get("timed_out"):
         verdict, reason = (
             Verdict.TIMEOUT,
             f"wall-clock limit of {reply.get('deadline_s', limits.wall):.3g}s",

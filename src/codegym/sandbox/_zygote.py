@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import fcntl
 import gc
 import json
 import os
@@ -67,11 +68,11 @@ PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 PR_SET_PDEATHSIG = 1
-MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND = 2, 4, 8, 4096
 
 _libc = ctypes.PyDLL(None, use_errno=True)  # PyDLL: no GIL hand-off per call
 # E's pipe ends, in the order the zygote sends them to the forker
-E_ENDS = ("out_w", "err_w", "result_w", "ready_w", "req_r")
+E_ENDS = ("out_w", "err_w", "result_w", "ready_w", "req_r", "call")
 
 
 class _SockFprog(ctypes.Structure):
@@ -114,10 +115,14 @@ def read_frame(stream) -> tuple[dict, list[bytes]]:
     return parse_frame(read_raw(stream))
 
 
-def write_frame(stream, header: dict, blobs: list[bytes] = ()) -> None:
+def frame_bytes(header: dict, blobs: list[bytes] = ()) -> bytes:
     header = dict(header, _blobs=[len(b) for b in blobs])
     data = json.dumps(header, separators=(",", ":")).encode()
-    stream.write(_HDR.pack(len(data)) + data + b"".join(blobs))
+    return _HDR.pack(len(data)) + data + b"".join(blobs)
+
+
+def write_frame(stream, header: dict, blobs: list[bytes] = ()) -> None:
+    stream.write(frame_bytes(header, blobs))
     stream.flush()
 
 
@@ -191,6 +196,7 @@ class Zygote:
         self.forker: socket.socket | None = None  # the line to T, see start_forker
         self.ready: _Ready | None = None  # the next E, forked ahead of its request
         self.last_disk_mb: int | None = None
+        self.compiled: dict[str, Any] = {}  # test code, compiled once per distinct source
         for name in config.get("preload", []):
             try:
                 __import__(name)
@@ -207,9 +213,17 @@ class Zygote:
                 MS_NOSUID | MS_NODEV,
                 f"size={int(config['session_disk_mb'])}m,mode=0700".encode(),
             )
-        import _harness  # bound next to this file
+        import _harness  # bound next to this file, with the modules below
+        import _judge
+        import _serve
+        import _stdio
 
-        self.harness = _harness
+        self.harness, self.judge, self.stdio = _harness, _judge, _stdio
+        del _serve  # imported here so a run finds it without the zygote's directory
+        _harness.COUNTERS = config.get("counters")
+        _stdio._NS = self.namespaces
+        # per-test CPU of assert tests: the slot's counter; without one, E's rusage
+        self.meter = _stdio.Meter(config["counters"]) if config.get("counters") else None
         # a program's sys.path should not lead to the harness's files
         here = os.path.dirname(os.path.abspath(__file__))
         sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
@@ -237,6 +251,9 @@ class Zygote:
         With namespaces E is pid 1 of a fresh pid namespace, so when it exits the kernel
         kills everything it started. A pid 1 ignores signals it has no handler for, so
         E installs handlers that end it as the default action would (see ``_harness.die``).
+
+        The set-up mark goes on fd 4, which E closes before the program starts: nothing
+        the program does can make a run look like a failed set-up (``infra``).
         """
         code = 1
         try:
@@ -249,6 +266,8 @@ class Zygote:
                 for where in fresh:
                     _mount(b"tmpfs", where, b"tmpfs", MS_NOSUID | MS_NODEV, size)
                 _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+                # the host's kernel command line is none of the program's business
+                _mount(b"/dev/null", b"/proc/cmdline", None, MS_BIND, None)
                 die = self.harness.death_handler(channel)
                 for sig in self.harness.FATAL_BY_DEFAULT:
                     signal.signal(sig, die)
@@ -262,18 +281,22 @@ class Zygote:
             os.dup2(fds["result_w"], 3)
             os.dup2(fds["ready_w"], 4)
             os.dup2(fds["req_r"], 5)
-            os.closerange(6, 65536)
+            os.dup2(fds["call"], 6)
+            os.closerange(7, 65536)
             _move(os.memfd_create("stdin"), 0)
             self.drop_privileges()
             self.harness.standby()
             with os.fdopen(5, "rb") as inp:
                 req, blobs = read_frame(inp)  # blocks until the zygote hands over a run
+            if req.get("mode") != "serve":
+                os.close(6)
             if req.get("stdin") is not None:
                 os.write(0, blobs[req["stdin"]])
                 os.lseek(0, 0, 0)
-            if not req.get("tests"):
-                _move(os.open(os.devnull, os.O_WRONLY), 3)
-            self.harness.write_files(req.get("files", []), blobs)
+            failed = self.harness.write_files(".", req.get("files", []), blobs)
+            if failed:
+                os.write(4, b"F" + failed.encode("utf-8", "replace")[:2000])
+                os._exit(125)
             apply_rlimits(
                 req["limits"],
                 self.as_extra_mb,
@@ -283,6 +306,7 @@ class Zygote:
             if req.get("env"):
                 os.environ.update(req["env"])
             os.write(4, b"R")  # set-up done; from here on the program is in charge
+            os.close(4)
             code = self.harness.run(req, blobs, channel)
         except EOFError:
             code = 0  # the zygote went away (or discarded us) before handing over a run
@@ -306,27 +330,34 @@ class Zygote:
         res_r, res_w = os.pipe()
         ready_r, ready_w = os.pipe()
         req_r, req_w = os.pipe()
+        # an assert test's judge talks to the program over this pair (see _judge)
+        call_j, call_e = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        call = call_e.detach()
+        call_j_fd = call_j.detach()
         fds = dict(out_w=out_w, err_w=err_w, result_w=res_w, ready_w=ready_w, req_r=req_r)
+        fds["call"] = call
         scratch = None
         if not self.namespaces and not self.session:
             import tempfile
 
             scratch = tempfile.mkdtemp(prefix="run-", dir=self.workdir)
+        ends = (out_r, err_r, res_r, ready_r, req_w, call_j_fd)
         try:
             if self.forker is not None:
                 pid, key = self._fork_through_forker(fds, disk_mb)
             else:
-                ends = (out_r, err_r, res_r, ready_r, req_w)
                 pid, key = self._fork_here(fds, ends, disk_mb, scratch)
         except BaseException:
-            for fd in (out_r, err_r, res_r, ready_r, req_w):
+            for fd in ends:
                 os.close(fd)
             raise
         finally:
             for fd in fds.values():
                 os.close(fd)
         watch = self.harness.ExitWatch(pid)  # a pidfd, or gVisor's stand-in for one
-        self.ready = _Ready(pid, watch, req_w, out_r, err_r, res_r, ready_r, key, disk_mb, scratch)
+        self.ready = _Ready(
+            pid, watch, req_w, out_r, err_r, res_r, ready_r, call_j_fd, key, disk_mb, scratch
+        )
         return self.ready
 
     def _fork_here(
@@ -369,7 +400,7 @@ class Zygote:
 
     def _forker_loop(self, sock: socket.socket) -> None:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        # keep the low fds taken, so E's pipe ends never land on 3-5 (see _child)
+        # keep the low fds taken, so E's pipe ends never land on 3-6 (see _child)
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in self.channel_fds:
             os.dup2(devnull, fd)
@@ -420,13 +451,60 @@ class Zygote:
         for fd in self.slot_fds:
             os.pwrite(fd, data, 0)
 
-    def run(self, req: dict, raw: bytes) -> tuple[dict, list[bytes]]:
-        lim = req["limits"]
+    # -- a request ------------------------------------------------------
+
+    def run(self, req: dict, blobs: list[bytes], raw: bytes) -> tuple[dict, list[bytes]]:
+        """One request: a plain run, a batch of stdio cases, or a batch of assert tests."""
+        tests = req.get("tests") or []
+        files = req.get("files") or []
+        if self.session and files:
+            # the session's files are written here, outside any run: a program cannot
+            # redirect them (symlinks), lock them out (modes) or crash the writer
+            failed = self.harness.write_files(self.workdir, files, blobs)
+            if failed:
+                return {"setup_error": failed, "reported": True}, [b"", b""]
+            req = {**req, "files": []}
+            raw = b""
+        if tests and tests[0].get("kind") == "assert":
+            return self._run_asserts(req, blobs)
+        if tests:
+            # E gets the inputs, never the expected outputs: those stay here
+            keep = list(blobs)
+            for t in tests:
+                keep[t["expected"]] = b""
+            e_tests = [{"kind": "stdio", "stdin": t["stdin"]} for t in tests]
+            raw = frame_bytes({**req, "tests": e_tests}, keep)
+        elif not raw:
+            raw = frame_bytes(req, blobs)
+        cap = _Capture(req["limits"]["output_bytes"])
+        obs = self._drive(raw, req["limits"], req["wall_s"], cap)
+        header = obs.header()
+        if tests and header.get("tests") is not None:
+            by_index = {r.get("i"): r for r in header["tests"]}
+            for i, t in enumerate(tests):
+                if i in by_index and isinstance(by_index[i], dict):
+                    by_index[i].update(self.stdio.report_for(by_index[i], t, blobs[t["expected"]]))
+        return header, [bytes(cap.out), bytes(cap.err)]
+
+    def _drive(
+        self, raw: bytes, lim: dict, wall_s: float, cap: _Capture, judge: dict | None = None
+    ) -> _Observed:
+        """Hand a prepared E its request and watch it to the end (and its judge, if any).
+
+        With a judge the run ends when the judge has reported (E is then killed) or at the
+        deadline; without one, when E and everything it started is gone.
+        """
         e = self.prepare(int(lim["disk_mb"]))
         if os.waitid(os.P_PID, e.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
             self.discard()  # the idle E died (killed from outside): fork afresh
             e = self.prepare(int(lim["disk_mb"]))
         self.ready = None
+        obs = _Observed(e)
+        jpid = j_r = -1
+        if judge is not None:
+            jpid, j_r = self._fork_judge(judge, e.call_j, lim)
+            e.call_j = -1
+            obs.cpu0 = self.meter.read() if self.meter else None
         self._enter_slot(e.pid)
         start = time.monotonic()
         try:
@@ -435,28 +513,25 @@ class Zygote:
             pass  # E died before its run: judged below from its exit status
         os.close(e.req_w)
         e.req_w = -1
-        pid, watch, res_r = e.pid, e.watch, e.res_r
-        out_r, err_r = e.out_r, e.err_r
-        if not req.get("tests"):
-            os.close(res_r)
-            e.res_r = res_r = -1
+        pid, watch = e.pid, e.watch
+        out_r, err_r, res_r = e.out_r, e.err_r, e.res_r
         pidfd = watch.fd
-        cap = lim["output_bytes"]
-        bufs = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray()}
-        total = 0
-        overflow = timed_out = False
-        deadline = start + req["wall_s"]
+        bufs = {out_r: cap.out, err_r: cap.err, res_r: bytearray(), j_r: bytearray()}
+        deadline = start + wall_s
         poller = select.poll()
-        for fd in (out_r, err_r, res_r, pidfd):
+        for fd in (out_r, err_r, res_r, pidfd, j_r):
             if fd >= 0:
                 poller.register(fd, select.POLLIN)
-        open_fds = {out_r, err_r, res_r} - {-1}
+        open_fds = {out_r, err_r, res_r}
         exited = False
-        while not exited or open_fds:
+        judging = j_r >= 0
+        while not exited or open_fds or judging:
             left = deadline - time.monotonic()
-            if left <= 0 and not exited:
-                timed_out = True
+            if left <= 0 and (not exited or judging):
+                obs.timed_out = True
                 self._kill(pid)
+                if judging:
+                    _kill_pid(jpid)
                 deadline = float("inf")
                 continue
             events = poller.poll(None if left == float("inf") else max(0, left) * 1000)
@@ -470,45 +545,144 @@ class Zygote:
                 if not chunk:
                     poller.unregister(fd)
                     open_fds.discard(fd)
+                    if fd == j_r:
+                        judging = False
+                        if not exited:
+                            obs.killed_by_us = True
+                            self._kill(pid)  # the test is over: so is the program
                     continue
-                if fd == res_r:
+                if fd in (res_r, j_r):
                     bufs[fd] += chunk[: (1 << 22) - len(bufs[fd])]
                     continue
-                room = cap - total
-                bufs[fd] += chunk[: max(0, room)]
-                total += len(chunk)
-                if total > cap and not overflow:
-                    overflow = True
+                if cap.take(fd == out_r, chunk) and not obs.overflow:
+                    obs.overflow = True
                     self._kill(pid)
-            if exited and not self.namespaces:
+                    if judging:
+                        _kill_pid(jpid)
+            if exited and not self.namespaces and not judging:
                 break  # daemons may hold the pipes open; the tree is killed below
-        wall = time.monotonic() - start
-        _, status, ru = os.wait4(pid, 0)
+        obs.wall = time.monotonic() - start
+        _, obs.status, obs.ru = os.wait4(pid, 0)
         if not self.namespaces:
             _killpg(pid)  # whatever the program left in its process group
-        marks = _read_all(e.ready_r)
+        if jpid > 0:
+            os.waitpid(jpid, 0)
+            os.close(j_r)
+            obs.judged = _last_json(bytes(bufs[j_r]))
+        if self.meter is not None and obs.cpu0 is not None:
+            obs.cpu1 = self.meter.read()
+        obs.marks = _read_all(e.ready_r)
+        obs.results = bytes(bufs[res_r])
         e.close()
-        code = os.waitstatus_to_exitcode(status)
-        died = self.harness.death_signal(marks[1:], e.key) if len(marks) > 1 else None
-        if died and os.WIFEXITED(status):  # pid 1 ended by a default-fatal signal (harness.die)
-            code = -died
-        tests = forged = None
-        if res_r >= 0:
-            tests, forged = self.harness.parse_results(bytes(bufs[res_r]), e.key)
-        header = {
-            "exit_code": code,
-            "timed_out": timed_out,
-            "overflow": overflow,
-            "wall_s": wall,
-            "cpu_s": ru.ru_utime + ru.ru_stime,
-            "maxrss_kb": ru.ru_maxrss,
-            "reported": True,
-            "ready": marks[:1] == b"R",
-            "tests": tests,
-            "forged": forged,
-        }
         self.last_disk_mb = int(lim["disk_mb"])
-        return header, [bytes(bufs[out_r]), bytes(bufs[err_r])]
+        return obs
+
+    # -- assert tests ---------------------------------------------------
+
+    def _run_asserts(self, req: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:
+        """Each test in a fresh run of the program, judged by a judge it cannot reach.
+
+        The program's run (E, pid 1 of its own namespaces) gets no test code: it runs the
+        program and serves calls (``_serve``). The test's code runs in a judge forked
+        from this zygote, in this zygote's namespaces (``_judge``), and reports here.
+        Each test's CPU time is the slot's counter over its run, everything included.
+        """
+        lim = req["limits"]
+        tests = req["tests"]
+        e_req = {k: v for k, v in req.items() if k != "tests"}
+        e_req["mode"] = "serve"
+        raw = frame_bytes(e_req, blobs)
+        cap = _Capture(lim["output_bytes"])
+        results: list[dict] = []
+        cpu = wall = 0.0
+        maxrss = 0
+        for i, t in enumerate(tests):
+            try:
+                judge = {
+                    "setup": self._compile(t.get("setup") or "", "<setup>"),
+                    "code": self._compile(t["code"], "<test>"),
+                    "names": list(t.get("program") or []),
+                }
+            except SyntaxError as e:
+                results.append({"i": i, "passed": False, "verdict": "error",
+                                "detail": f"bad test: {e}"})  # fmt: skip
+                continue
+            obs = self._drive(raw, lim, lim["wall_s"], cap, judge)
+            head = obs.header()
+            # (a judge that needs no call can finish before the run is even set up)
+            if head["setup_error"] or not (head["ready"] or obs.killed_by_us):
+                head.update(tests=None, overflow=cap.overflow)
+                return head, [bytes(cap.out), bytes(cap.err)]
+            results.append({"i": i, **obs.assert_result(lim, cap)})
+            cpu += results[-1]["cpu_s"]
+            wall += obs.wall
+            maxrss = max(maxrss, obs.ru.ru_maxrss)
+            if cap.overflow:
+                break
+        header = {
+            "exit_code": 0,
+            "timed_out": False,
+            "overflow": cap.overflow,
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "maxrss_kb": maxrss,
+            "reported": True,
+            "ready": True,
+            "tests": results,
+            "forged": False,
+        }
+        return header, [bytes(cap.out), bytes(cap.err)]
+
+    def _compile(self, source: str, name: str) -> Any:
+        if not source:
+            return None
+        key = name + "\0" + source
+        code = self.compiled.pop(key, None)
+        if code is None:
+            code = compile(source, name, "exec")
+            while len(self.compiled) >= 512:
+                del self.compiled[next(iter(self.compiled))]
+        self.compiled[key] = code  # most recently used last
+        return code
+
+    def _fork_judge(self, judge: dict, sock: int, lim: dict) -> tuple[int, int]:
+        """Fork the judge of one assert test; its result comes back on the returned fd."""
+        res_r, res_w = os.pipe()
+        pid = self.harness.fork()
+        if pid == 0:
+            try:
+                self._judge_child(judge, sock, res_w, lim)
+            except BaseException as exc:  # ours: the judge could not be set up
+                why = {"passed": False, "verdict": "infra", "detail": f"judge: {exc!r}"[:500]}
+                _write_all(3, json.dumps(why).encode())
+            finally:
+                os._exit(125)
+        os.close(res_w)
+        os.close(sock)
+        return pid, res_r
+
+    def _judge_child(self, judge: dict, sock: int, res_w: int, lim: dict) -> None:
+        """The judge: no program code ever runs here, and the program cannot see it."""
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        res_w, sock = (fcntl.fcntl(fd, fcntl.F_DUPFD, 16) for fd in (res_w, sock))
+        os.dup2(res_w, 3)
+        os.dup2(sock, 4)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.closerange(5, 65536)
+        os.chdir("/")
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a gone program is an EPIPE
+        # the judge's own bounds: what the program returns must not exhaust the worker
+        size_mb = _address_space_mb()
+        if size_mb is not None:
+            memory = (size_mb + max(256, 2 * int(lim["memory_mb"]))) << 20
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        cpu = int(lim["wall_s"]) + 2
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        self.drop_privileges()
+        result = self.judge.run(judge["setup"], judge["code"], judge["names"], 4)
+        _write_all(3, json.dumps(result).encode())
 
     def _kill(self, pid: int) -> None:
         try:
@@ -518,6 +692,143 @@ class Zygote:
                 _killpg(pid)
         except ProcessLookupError:
             pass
+
+
+class _Capture:
+    """The run's stdout and stderr (all tests of a batch together), up to the cap."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.out = bytearray()
+        self.err = bytearray()
+        self.total = 0
+        self.overflow = False
+
+    def take(self, stdout: bool, chunk: bytes) -> bool:
+        """Keep what fits; True when the run wrote more than the cap."""
+        buf = self.out if stdout else self.err
+        buf += chunk[: max(0, self.cap - self.total)]
+        self.total += len(chunk)
+        if self.total > self.cap:
+            self.overflow = True
+        return self.overflow
+
+
+class _Observed:
+    """What the zygote saw of one E (and its judge)."""
+
+    def __init__(self, e: _Ready) -> None:
+        self.key = e.key
+        self.timed_out = self.overflow = self.killed_by_us = False
+        self.wall = 0.0
+        self.status = 0
+        self.ru: Any = None
+        self.marks = b""
+        self.results = b""
+        self.judged: dict | None = None
+        self.cpu0: tuple[float, int] | None = None
+        self.cpu1: tuple[float, int] | None = None
+
+    def exit_code(self, harness: Any) -> int:
+        code = os.waitstatus_to_exitcode(self.status)
+        died = harness.death_signal(self.results, self.key)
+        if died and os.WIFEXITED(self.status):  # pid 1 ended by a default-fatal signal
+            code = -died
+        return code
+
+    def header(self) -> dict:
+        import _harness
+
+        tests = forged = None
+        if self.results:
+            tests, forged = _harness.parse_results(self.results, self.key)
+        setup_error = None
+        if self.marks[:1] == b"F":
+            setup_error = self.marks[1:].decode("utf-8", "replace")
+        return {
+            "exit_code": self.exit_code(_harness),
+            "timed_out": self.timed_out,
+            "overflow": self.overflow,
+            "wall_s": self.wall,
+            "cpu_s": self.ru.ru_utime + self.ru.ru_stime,
+            "maxrss_kb": self.ru.ru_maxrss,
+            "reported": True,
+            "ready": self.marks[:1] == b"R",
+            "setup_error": setup_error,
+            "tests": tests,
+            "forged": forged,
+        }
+
+    def assert_result(self, lim: dict, cap: _Capture) -> dict:
+        """One assert test's result from its run's fate and its judge's report."""
+        import _harness
+
+        if self.cpu0 is not None and self.cpu1 is not None:
+            cpu = self.cpu1[0] - self.cpu0[0]
+            oom = self.cpu1[1] > self.cpu0[1]
+        else:
+            cpu, oom = self.ru.ru_utime + self.ru.ru_stime, False
+        timing = {"cpu_s": round(cpu, 6), "wall_s": round(self.wall, 6)}
+        code = self.exit_code(_harness)
+        sig = -code if code < 0 and not self.killed_by_us else 0
+        xcpu = sig == signal.SIGXCPU and cpu >= _harness.XCPU_MIN_FRACTION * lim["cpu_s"]
+        j = self.judged
+
+        def fail(verdict: str, detail: str) -> dict:
+            return {"passed": False, "verdict": verdict, "detail": detail, **timing}
+
+        if self.timed_out:
+            return fail("timeout", f"wall-clock limit of {lim['wall_s']:.3g}s")
+        if self.overflow:
+            return fail("output_limit", f"wrote more than {cap.cap} bytes")
+        if oom:
+            return fail("memory", f"exceeded {lim['memory_mb']} MB")
+        if cpu > lim["cpu_s"] or xcpu:
+            return fail("timeout", f"CPU limit of {lim['cpu_s']:g}s")
+        if j is None:
+            # the judge died without a word: only what the program sent it can do that
+            return fail("error", "the test's judge ended without a result")
+        if j.get("verdict") == "infra":
+            return fail("infra", str(j.get("detail", ""))[:500])
+        if j.get("gone"):
+            if sig == signal.SIGKILL:
+                return fail("memory", "killed by SIGKILL")
+            if sig:
+                return fail("killed", f"killed by {_signame(sig)}")
+            return fail("error", f"the program exited with {code} before the test finished")
+        if j.get("passed"):
+            return {"passed": True, "verdict": "ok", "detail": "", **timing}
+        return fail(str(j.get("verdict", "error")), str(j.get("detail", ""))[:1000])
+
+
+def _address_space_mb() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE") >> 20
+    except OSError:  # gVisor's zygote has no /proc: its worker's own bounds hold
+        return None
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _kill_pid(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _last_json(raw: bytes) -> dict | None:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 @dataclass
@@ -531,13 +842,14 @@ class _Ready:
     err_r: int
     res_r: int
     ready_r: int
+    call_j: int  # the judge's end of the call socket (assert tests), -1 once handed over
     key: bytes
     disk_mb: int
     scratch: str | None
 
     def close(self) -> None:
         self.watch.close()
-        for fd in (self.req_w, self.out_r, self.err_r, self.res_r, self.ready_r):
+        for fd in (self.req_w, self.out_r, self.err_r, self.res_r, self.ready_r, self.call_j):
             if fd >= 0:
                 os.close(fd)
         if self.scratch:
@@ -608,7 +920,7 @@ def main() -> None:
         op = req.get("op")
         try:
             if op == "run":
-                header, out_blobs = zygote.run(req, raw)
+                header, out_blobs = zygote.run(req, blobs, raw)
             elif op == "ping":
                 header, out_blobs = {"pong": True}, []
             else:

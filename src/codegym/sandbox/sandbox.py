@@ -47,9 +47,22 @@ GRACE_S = 5.0
 
 @dataclass(frozen=True)
 class AssertTest:
-    """A test that runs Python code (usually asserts) against the program's globals."""
+    """Python test code (usually asserts) that calls the program's functions.
+
+    The test runs in a judge process the program cannot reach, never in the program's
+    own: a name the test uses and does not define is looked up in the program, whose
+    functions and classes are called across the boundary with plain data (numbers,
+    strings, bytes, booleans, None, and lists, tuples, dicts and sets of them) going in
+    and coming back; anything else a program returns fails the test as its error.
+    """
 
     code: str
+    setup: str = ""
+    """Trusted code the judge runs first, e.g. a task's prompt: the helper functions it
+    defines are the task's own, and the program cannot replace them."""
+    program: tuple[str, ...] = ()
+    """Names the test takes from the program even when ``setup`` defines them (the
+    function under test, which a prompt defines as a stub)."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +82,13 @@ TestCase = AssertTest | IOTest
 
 def _as_bytes(value: Text, what: str, cap: int = MAX_INPUT_BYTES) -> bytes:
     if isinstance(value, str):
-        data = value.encode("utf-8", "surrogateescape")
+        try:
+            data = value.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as e:
+            raise SandboxInputError(
+                f"{what} holds text that has no UTF-8 form ({e.object[e.start : e.end]!r} "
+                f"at {e.start}, a lone surrogate); pass valid text or bytes"
+            ) from None
     elif isinstance(value, (bytes, bytearray, memoryview)):
         data = bytes(value)
     else:
@@ -99,10 +118,31 @@ def _check_path(path: str) -> str:
         or not path
         or path.startswith("/")
         or "\0" in path
-        or any(part in ("..", "") for part in path.split("/"))
+        or any(part in ("..", ".", "") for part in path.split("/"))
     ):
-        raise SandboxInputError(f"file path {path!r} must be relative, without '..' or empty parts")
+        raise SandboxInputError(
+            f"file path {path!r} must be relative, without '..', '.' or empty parts"
+        )
+    try:
+        raw = path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SandboxInputError(f"file path {path!r} is not valid UTF-8 text") from None
+    if len(raw) > 4095 or any(len(part) > 255 for part in raw.split(b"/")):
+        raise SandboxInputError(
+            f"file path {path[:80]!r}... is too long: at most 255 bytes per name and 4095 in all"
+        )
     return path
+
+
+def _assert_wire(t: AssertTest) -> dict[str, Any]:
+    if not isinstance(t.code, str) or not isinstance(t.setup, str):
+        raise SandboxInputError("AssertTest.code and AssertTest.setup must be str")
+    names = tuple(t.program)
+    if not all(isinstance(n, str) and n.isidentifier() for n in names):
+        raise SandboxInputError(f"AssertTest.program={t.program!r}: give identifiers")
+    for what, text in (("code", t.code), ("setup", t.setup)):
+        _as_bytes(text, f"AssertTest.{what}", MAX_CODE_BYTES)
+    return {"kind": "assert", "code": t.code, "setup": t.setup, "program": list(names)}
 
 
 class Sandbox:
@@ -276,9 +316,7 @@ class Sandbox:
         wire: list[dict[str, Any]] = []
         for t in tests:
             if isinstance(t, AssertTest):
-                if not isinstance(t.code, str):
-                    raise SandboxInputError("AssertTest.code must be a str")
-                wire.append({"kind": "assert", "code": t.code})
+                wire.append(_assert_wire(t))
             else:
                 if t.compare not in ("exact", "tokens", "float"):
                     raise SandboxInputError(

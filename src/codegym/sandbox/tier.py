@@ -19,7 +19,7 @@ from pathlib import Path
 from codegym.sandbox._cgroups import WorkerCgroup
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-ZYGOTE_FILES = ("_zygote.py", "_harness.py")
+ZYGOTE_FILES = ("_zygote.py", "_harness.py", "_stdio.py", "_plain.py", "_serve.py", "_judge.py")
 DEFAULT_PRELOAD = (
     "abc",
     "array",

@@ -13,7 +13,7 @@ from codegym.sandbox import ExecResult, Limits, Sandbox, Verdict
 from codegym.tasks.outcomes import is_infra
 from codegym.tasks.task import Task
 
-HARNESS_VERSION = "1"
+HARNESS_VERSION = "2"
 """Bumped whenever scoring semantics change; part of every result key."""
 
 DEFAULT_LIMITS = Limits(cpu_s=3.0, wall_s=10.0, memory_mb=512, output_bytes=1 << 20)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
@@ -77,21 +78,30 @@ class Task:
     def program(self, completion: str) -> str:
         """The Python program to run for ``completion``.
 
-        Assert-style: the prompt continued by the completion, then the ``check`` function.
-        Stdin/stdout: the completion itself is the program.
+        Assert-style: the prompt continued by the completion; the test is not part of it
+        (it runs in the sandbox's judge, see ``tests``). Stdin/stdout: the completion
+        itself is the program.
         """
         if self.kind == "io":
             return completion
-        return f"{self.prompt}{completion}\n\n{self.test}\n"
+        return f"{self.prompt}{completion}\n"
 
     def check_call(self) -> str:
         return f"check({self.entry_point})"
 
     def tests(self) -> list[AssertTest] | list[IOTest]:
-        """The sandbox test cases for this task."""
+        """The sandbox test cases for this task.
+
+        Assert-style: one test, the task's ``check`` called on the entry point, run by a
+        judge the program cannot reach; the prompt is the judge's trusted set-up, so the
+        helpers it defines (and the test calls) are the task's, never the completion's.
+        """
         if self.kind == "io":
             return [IOTest(c.stdin, c.expected, compare=self.compare) for c in self.io_cases]
-        return [AssertTest(self.check_call())]
+        root = re.match(r"[A-Za-z_]\w*", self.entry_point)
+        names = (root.group(0),) if root else ()
+        code = f"{self.test}\n\n{self.check_call()}\n"
+        return [AssertTest(code, setup=self.prompt, program=names)]
 
     def digest(self) -> str:
         """sha256 over everything that decides a verdict (not ``metadata``)."""

@@ -117,6 +117,12 @@ class JailTier(Tier):
             inner = f"/run/cg/{i}"
             argv += ["--bind", str(path), inner]
             inner_procs.append(inner)
+        # read-only counters: per-test CPU and OOM kills of everything a test started
+        counters = {}
+        for name, path in cgroup.counters().items():
+            if path.exists():
+                counters[name] = f"/run/cg/{name}"
+                argv += ["--ro-bind", str(path), counters[name]]
         # the jail's own root, /dev and mount points must not carry state between runs
         argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
         argv += ["--chdir", "/", self.python, "-s", "-B", f"{ZYGOTE_DIR}/_zygote.py"]
@@ -127,6 +133,7 @@ class JailTier(Tier):
             "session_disk_mb": spec.session_disk_mb,
             "preload": list(DEFAULT_PRELOAD),
             "cgroup_procs": inner_procs,
+            "counters": counters,
             "env": {**BASE_ENV, "HOME": WORKDIR},
             "forker": True,  # runs forked from a clean image (_zygote.Zygote.start_forker)
         }

@@ -1,0 +1,261 @@
+"""The judge: runs one assert-style test where the program cannot reach it (stdlib only).
+
+The zygote forks a judge for each assert test; the program runs in its own run
+namespace and serves the judge's calls (``_serve``). The judge shares no process, pid
+namespace, file or writable memory with the program: the test's code, its expected
+values and the interpreter that compares them exist only here, so the program cannot
+read, patch or replace any of them (frames, builtins, audit hooks, trace functions,
+``check``, the test file: none is the program's to touch).
+
+Name resolution for the test's code, in order: the names it defines itself, then the
+names its trusted *setup* defined (a task's prompt: helper functions the test calls are
+the task's, not the program's) except those listed as the program's, then this
+interpreter's builtins, then the program: a function or class becomes a proxy called
+across the socket, a plain value is copied, a module is imported here afresh.
+
+Arguments and results cross as plain data (``_plain``); a call that raises in the
+program raises the nearest built-in exception here. The program breaking the protocol
+(a result that is not plain data, a malformed or oversized reply) or going away
+(exiting, crashing, being killed) fails the test whatever the test's code catches:
+``ProgramFault`` derives from ``BaseException``, and the judge also remembers it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+
+import _plain
+
+MAX_REPLY = 16 << 20
+
+
+class ProgramFault(BaseException):
+    """The program broke the protocol or went away; the test fails whatever it catches."""
+
+
+class ProgramRaised(Exception):
+    """The program raised an exception with no built-in base to stand for it."""
+
+
+class _Link:
+    """The judge's end of the socket to the program."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.fault = ""  # the first protocol fault, which fails the test
+        self.gone = False  # the program's end closed: it exited or died
+        self.calls = 0
+
+    def ask(self, message: list) -> list:
+        if self.gone or self.fault:
+            raise ProgramFault(self.fault or "the program is gone")
+        self.calls += 1
+        try:
+            _plain.send(self.fd, _plain.dumps(message))
+            raw = _plain.recv(self.fd, MAX_REPLY)
+        except OSError:
+            raw = None
+        except _plain.NotPlain as e:
+            self._fail(f"broke the call protocol: {e}")
+        if raw is None:
+            self.gone = True
+            raise ProgramFault("the program is gone")
+        try:
+            reply = _plain.loads(raw)
+        except _plain.NotPlain as e:
+            self._fail(f"answered with something other than plain data: {e}")
+        if type(reply) is not list or not reply or type(reply[0]) is not str:
+            self._fail("answered with a malformed reply")
+        if reply[0] == "bad":
+            self._fail(str(reply[1])[:500] if len(reply) > 1 else "refused the call")
+        return reply
+
+    def _fail(self, why: str) -> None:
+        self.fault = self.fault or f"the program {why}"
+        raise ProgramFault(self.fault)
+
+    def call(self, target: list, args: tuple, kwargs: dict) -> object:
+        try:
+            wire = ["call", target, [_arg(a) for a in args], _kwargs(kwargs)]
+        except _plain.NotPlain as e:
+            raise TypeError(
+                f"the test passed {e} to the program; only plain data crosses"
+            ) from None
+        reply = self.ask(wire)
+        kind = reply[0]
+        if kind == "ok" and len(reply) == 3 and type(reply[2]) is list:
+            self._apply(reply[2], args, kwargs)
+            return reply[1]
+        if kind == "obj" and len(reply) == 2 and type(reply[1]) is int:
+            return _Handle(self, reply[1])
+        if kind == "raise" and len(reply) == 3:
+            raise _exception(reply[1], reply[2])
+        self._fail("answered a call with a malformed reply")
+        return None  # unreachable
+
+    def _apply(self, changed: list, args: tuple, kwargs: dict) -> None:
+        """Carry the program's in-place changes of list/dict/set arguments back here."""
+        for item in changed:
+            if type(item) is not list or len(item) != 2:
+                self._fail("reported a malformed argument change")
+            where, value = item
+            target = args[where] if type(where) is int and 0 <= where < len(args) else None
+            if type(where) is str:
+                target = kwargs.get(where)
+            if target is None or type(value) is not type(target):
+                self._fail("reported a change of an argument it was not given")
+            if type(target) in (list, bytearray):
+                target[:] = value
+            else:  # dict or set
+                target.clear()
+                target.update(value)
+
+
+def _arg(value: object) -> object:
+    """An argument on the wire: plain data, or a handle to one of the program's objects."""
+    if type(value) is _Handle:
+        return {"h": value._id}
+    return _plain.tree(value)
+
+
+def _kwargs(kwargs: dict) -> object:
+    if not kwargs:
+        return None
+    return {"d": [[k, _arg(v)] for k, v in kwargs.items()]}
+
+
+def _exception(names: object, message: object) -> BaseException:
+    """The built-in exception the program raised (or the nearest built-in base)."""
+    text = message if type(message) is str else ""
+    for name in names if type(names) is list else ():
+        cls = getattr(builtins, name, None) if type(name) is str else None
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            try:
+                return cls(text)
+            except BaseException:  # e.g. UnicodeDecodeError wants five arguments
+                exc = cls.__new__(cls)
+                exc.args = (text,)
+                return exc
+    return ProgramRaised(text)
+
+
+class _Proxy:
+    """A function or class of the program, called across the socket."""
+
+    __slots__ = ("__name__", "_link", "_target")
+
+    def __init__(self, link: _Link, target: list, name: str) -> None:
+        self._link = link
+        self._target = target
+        self.__name__ = name
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self._link.call(self._target, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<the program's {self.__name__}>"
+
+
+class _Handle:
+    """An instance the program made when the test called one of its classes.
+
+    Only attribute access works: methods become proxies, plain attributes are copied.
+    It is not true, not a container and equal only to itself, so it can stand in for
+    no value the test compares with.
+    """
+
+    __slots__ = ("_id", "_link")
+
+    def __init__(self, link: _Link, handle: int) -> None:
+        self._link = link
+        self._id = handle
+
+    def __getattr__(self, name: str) -> object:
+        reply = self._link.ask(["attr", self._id, name])
+        if reply[0] == "fn":
+            return _Proxy(self._link, ["m", self._id, name], name)
+        if reply[0] == "val" and len(reply) == 2:
+            return reply[1]
+        if reply[0] == "raise" and len(reply) == 3:
+            raise _exception(reply[1], reply[2])
+        self._link._fail("answered an attribute lookup with a malformed reply")
+        return None  # unreachable
+
+    def __bool__(self) -> bool:
+        self._link._fail("returned an object where a value was tested for truth")
+        return False  # unreachable
+
+    def __len__(self) -> int:
+        self._link._fail("returned an object where a container was expected")
+        return 0  # unreachable
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        self._link._fail("returned an object where a container was expected")
+
+    def __repr__(self) -> str:
+        return "<an object of the program>"
+
+
+class _Globals(dict):
+    """The test's globals: a name it does not define is looked up in the program."""
+
+    def __init__(self, link: _Link) -> None:
+        super().__init__(__name__="__main__", __builtins__=builtins)
+        self._link = link
+
+    def __missing__(self, name: str) -> object:
+        if hasattr(builtins, name):
+            raise KeyError(name)  # the lookup goes on to this interpreter's builtins
+        reply = self._link.ask(["get", name])
+        kind = reply[0]
+        if kind == "fn":
+            value: object = _Proxy(self._link, ["g", name], name)
+        elif kind == "val" and len(reply) == 2:
+            value = reply[1]
+        elif kind == "mod" and len(reply) == 2 and type(reply[1]) is str:
+            try:
+                value = importlib.import_module(reply[1])
+            except ImportError:
+                raise KeyError(name) from None
+        else:
+            raise KeyError(name)
+        self[name] = value
+        return value
+
+
+def run(setup, code, program_names: list, fd: int) -> dict:  # type: ignore[no-untyped-def]
+    """Run one test (compiled ``setup`` and ``code``) against the program on ``fd``.
+
+    Returns the test's result: ``passed``, ``verdict`` (``ok`` for a test that ran, with
+    ``passed`` False for a failed assertion; ``error``/``memory`` for an exception),
+    ``detail``, and ``gone`` / ``fault`` when the program went away or broke protocol.
+    """
+    link = _Link(fd)
+    g = _Globals(link)
+    stage = "set-up"
+    try:
+        if setup is not None:
+            exec(setup, g)
+        for name in program_names:
+            g.pop(name, None)
+        stage = "test"
+        exec(code, g)
+        result = {"passed": True, "verdict": "ok", "detail": ""}
+    except ProgramFault:
+        result = {"passed": False, "verdict": "error", "detail": ""}
+    except AssertionError as e:
+        result = {"passed": False, "verdict": "ok", "detail": f"AssertionError: {e}"[:500]}
+    except MemoryError:
+        result = {"passed": False, "verdict": "memory", "detail": "MemoryError"}
+    except BaseException as e:
+        detail = f"{type(e).__name__}: {e}"[:500]
+        if stage == "set-up" and not link.calls:
+            # the task's own set-up failed before the program took part: not the program's
+            return {"passed": False, "verdict": "infra", "detail": f"test set-up: {detail}"}
+        result = {"passed": False, "verdict": "error", "detail": detail}
+    if link.fault:  # whatever the test's code caught
+        return {"passed": False, "verdict": "error", "detail": link.fault[:500], "fault": True}
+    if link.gone:
+        return {**result, "passed": False, "gone": True}
+    return result

@@ -1,0 +1,287 @@
+"""Stdin/stdout test cases: run each in a child, report what it printed (stdlib only).
+
+Runs in E, pid 1 of the run's namespace, which only supervises here: every case (and the
+optional build step) runs in a child of E, and E holds neither the expected outputs nor
+anything secret (the zygote strips the expected outputs from E's request and compares
+outside the run, see ``compare``). E ignores every signal its children can send (pid 1
+with no handlers), so a case cannot end or steer the batch.
+
+Per case: the case's CPU time is the run's cgroup slot's CPU counter over the case
+(everything it started, reaped or not, threads included; ``RUSAGE_CHILDREN`` of E where
+the tier has no counter), and when the case's process ends, everything it left behind
+is killed (``kill(-1)`` from pid 1) and reaped before the next case starts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import select
+import signal
+import time
+
+import _harness
+
+_OUT_CAP = 1 << 20
+_NS = True  # the zygote sets False for the process tier (no namespace: E is not pid 1)
+
+
+def run_cases(channel, req: dict, blobs: list[bytes]) -> None:  # type: ignore[no-untyped-def]
+    """Run every case of ``req`` and report each on the result channel."""
+    if _NS:
+        # pid 1 ignores signals it has no handler for: its children cannot end it
+        for sig in (*_harness.FATAL_BY_DEFAULT, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+    lim = req["limits"]
+    tests = req["tests"]
+    meter = Meter(_harness.COUNTERS)
+    code_obj = None
+    if req["mode"] == "python":
+        try:
+            code_obj, _ = _harness.compile_program(blobs, req)
+        except (SyntaxError, ValueError) as e:
+            _report_all(channel, tests, "error", f"the program does not compile: {e}")
+            return
+    build = req.get("build")
+    if build:
+        res, out = _case(meter, lambda: _exec_merged(build), lim, b"")
+        if res["verdict"] != "ok":
+            why = res["detail"]
+            _report_all(channel, tests, "error", f"build failed: {why} {_snip(out)}".strip())
+            return
+    argv = req.get("argv")
+    for i, t in enumerate(tests):
+        stdin = blobs[t["stdin"]]
+        if code_obj is not None:
+            fn = lambda: _python(code_obj)  # noqa: E731
+        else:
+            fn = lambda: os.execvpe(argv[0], argv, dict(os.environ))  # noqa: E731
+        res, out = _case(meter, fn, lim, stdin)
+        if res["verdict"] == "ok":
+            res["out"] = out.decode("latin-1")  # compared by the zygote, outside the run
+        channel.report({"i": i, **res})
+
+
+def _report_all(channel, tests: list, verdict: str, detail: str) -> None:  # type: ignore[no-untyped-def]
+    for i in range(len(tests)):
+        channel.report({"i": i, "passed": False, "verdict": verdict, "detail": detail})
+
+
+def _exec_merged(argv: list) -> int:
+    os.dup2(1, 2)  # compiler diagnostics go where the report can quote them
+    os.execvpe(argv[0], argv, dict(os.environ))
+    return 127
+
+
+def _python(code_obj) -> int:  # type: ignore[no-untyped-def]
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _harness._std_streams()
+    rc, _, _ = _harness.exec_main(code_obj, os.path.join(os.getcwd(), "main.py"))
+    _harness.finish(rc)
+    return rc
+
+
+class Meter:
+    """CPU seconds and OOM kills of the run's cgroup slot, or E's reaped children."""
+
+    def __init__(self, counters: dict | None) -> None:
+        self.fds: dict[str, int] = {}
+        for name, path in (counters or {}).items():
+            try:
+                self.fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                pass
+
+    def read(self) -> tuple[float, int]:
+        """(CPU seconds, OOM kills) so far; only differences mean anything."""
+        cpu = self.fds.get("cpu_ns")
+        if cpu is not None:
+            cpu_s = int(os.pread(cpu, 64, 0)) / 1e9
+        elif "cpu_stat" in self.fds:
+            cpu_s = _keyed(os.pread(self.fds["cpu_stat"], 4096, 0)).get("usage_usec", 0) / 1e6
+        else:
+            ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu_s = ru.ru_utime + ru.ru_stime
+        oom = self.fds.get("oom")
+        kills = _keyed(os.pread(oom, 4096, 0)).get("oom_kill", 0) if oom is not None else 0
+        return cpu_s, kills
+
+
+def _keyed(text: bytes) -> dict[str, int]:
+    out = {}
+    for line in text.decode().splitlines():
+        k, _, v = line.partition(" ")
+        if v.strip().isdigit():
+            out[k] = int(v)
+    return out
+
+
+def _case(meter: Meter, fn, lim: dict, stdin: bytes) -> tuple[dict, bytes]:  # type: ignore[no-untyped-def]
+    """Fork, run ``fn`` in the child with ``stdin``; judge it here. No key, no result pipe,
+    nothing to compare with: the child can only print."""
+    out_r, out_w = os.pipe()
+    in_fd = os.memfd_create("case")
+    os.write(in_fd, stdin)
+    os.lseek(in_fd, 0, 0)
+    cpu0, oom0 = meter.read()
+    start = time.monotonic()
+    pid = _harness.fork()
+    if pid == 0:
+        rc = 1
+        try:
+            if not _NS:
+                os.setpgid(0, 0)  # the case's own group, killed whole at its end
+            # gVisor arms RLIMIT_CPU on setrlimit only, not on fork: arm it again
+            resource.setrlimit(resource.RLIMIT_CPU, resource.getrlimit(resource.RLIMIT_CPU))
+            os.close(_harness.RESULT_FD)
+            os.dup2(in_fd, 0)
+            os.dup2(out_w, 1)
+            for fd in (out_r, out_w, in_fd):
+                os.close(fd)
+            rc = fn()
+        finally:
+            os._exit(rc)
+    os.close(out_w)
+    os.close(in_fd)
+    watch = _harness.ExitWatch(pid)
+    out = bytearray()
+    poller = select.poll()
+    poller.register(watch.fd, select.POLLIN)
+    poller.register(out_r, select.POLLIN)
+    deadline = start + lim["wall_s"]
+    exited = timed_out = overflow = False
+    pipe_open = True
+    while not exited or pipe_open:
+        left = deadline - time.monotonic()
+        if left <= 0 and not exited:
+            timed_out = True
+            _kill_case(pid)
+            deadline = float("inf")
+            continue
+        for fd, _ in poller.poll(None if left == float("inf") else max(0.0, left) * 1000):
+            if fd == watch.fd:
+                if watch.exited():
+                    exited = True
+                    poller.unregister(fd)
+                    _kill_case(pid)  # what it left behind holds the pipe open: end it now
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                poller.unregister(fd)
+                pipe_open = False
+            else:
+                out += chunk[: max(0, _OUT_CAP - len(out))]
+                if len(out) >= _OUT_CAP and not overflow:
+                    overflow = True
+                    _kill_case(pid)
+    status = _reap(pid)
+    watch.close()
+    os.close(out_r)
+    cpu1, oom1 = meter.read()
+    cpu = cpu1 - cpu0
+    timing = {"cpu_s": round(cpu, 6), "wall_s": round(time.monotonic() - start, 6)}
+    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+    # a SIGXCPU is believed only with the CPU to show for it: the program can send it too
+    xcpu = sig == signal.SIGXCPU and cpu >= _harness.XCPU_MIN_FRACTION * lim["cpu_s"]
+    if timed_out or cpu > lim["cpu_s"] or xcpu:
+        return {"passed": False, "verdict": "timeout", "detail": "", **timing}, bytes(out)
+    if overflow:
+        return {"passed": False, "verdict": "output_limit", "detail": "", **timing}, bytes(out)
+    if oom1 > oom0:
+        return {"passed": False, "verdict": "memory", "detail": "out of memory", **timing}, b""
+    if sig:
+        verdict = "memory" if sig == signal.SIGKILL else "killed"
+        try:
+            detail = f"killed by {signal.Signals(sig).name}"
+        except ValueError:
+            detail = f"killed by signal {sig}"
+        return {"passed": False, "verdict": verdict, "detail": detail, **timing}, bytes(out)
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        return {"passed": False, "verdict": "error", "detail": f"exit code {code}", **timing}, b""
+    return {"passed": True, "verdict": "ok", "detail": "", **timing}, bytes(out)
+
+
+def _kill_case(pid: int) -> None:
+    """Kill the case and everything it started (pid 1 of the namespace: all but E)."""
+    try:
+        if _NS:
+            os.kill(-1, signal.SIGKILL)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap(pid: int) -> int:
+    """Reap the case and, with namespaces, every orphan it left; the case's status."""
+    status = None
+    if not _NS:
+        return os.waitpid(pid, 0)[1]
+    while True:
+        try:
+            got, st = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if got == pid:
+            status = st
+    return status if status is not None else 0
+
+
+def _snip(b: bytes) -> str:
+    return b[:200].decode("utf-8", "replace")
+
+
+def compare(actual: bytes, expected: bytes, mode: str, tolerance: float) -> bool:
+    """Compare program output with the expected output (in the zygote, outside the run).
+
+    ``exact`` ignores only trailing whitespace at line ends and at the end; ``tokens``
+    compares whitespace-separated tokens; ``float`` compares tokens numerically with a
+    relative/absolute tolerance where either is a decimal or exponent number, and
+    integers exactly (998244000 is not 998244353 at any tolerance).
+    """
+    a = actual.decode("utf-8", "replace")
+    e = expected.decode("utf-8", "replace")
+    if mode == "exact":
+        return [ln.rstrip() for ln in a.rstrip().splitlines()] == [
+            ln.rstrip() for ln in e.rstrip().splitlines()
+        ]
+    at, et = a.split(), e.split()
+    if len(at) != len(et):
+        return False
+    if mode == "tokens":
+        return at == et
+    for x, y in zip(at, et, strict=True):
+        if x == y:
+            continue
+        if _is_int(x) and _is_int(y):
+            if int(x) != int(y):
+                return False
+            continue
+        try:
+            fx, fy = float(x), float(y)
+        except ValueError:
+            return False
+        if not math.isclose(fx, fy, rel_tol=tolerance, abs_tol=tolerance):
+            return False
+    return True
+
+
+def _is_int(token: str) -> bool:
+    body = token[1:] if token[:1] in "+-" else token
+    return body.isascii() and body.isdigit()
+
+
+def report_for(result: dict, test: dict, expected: bytes) -> dict:
+    """A case's result with its output compared (in the zygote) and dropped."""
+    out = result.pop("out", None)
+    if result.get("verdict") != "ok" or out is None:
+        return result
+    actual = out.encode("latin-1")
+    passed = compare(actual, expected, test.get("compare", "exact"), test.get("tolerance", 1e-6))
+    return {
+        **result,
+        "passed": passed,
+        "detail": "" if passed else "wrong answer: " + _snip(actual),
+    }
