@@ -39,12 +39,13 @@ from codegym.sandbox import (
     Sandbox,
     Verdict,
 )
-from codegym.sandbox.tier import sandbox_uid
+from codegym.sandbox.tier import sandbox_uid, sandbox_uids
 
 MEMORY_MB = 128
 LIMITS = Limits(cpu_s=1, wall_s=3, memory_mb=MEMORY_MB, output_bytes=1 << 16)
 SHORT = Limits(cpu_s=1, wall_s=1.5, memory_mb=MEMORY_MB, output_bytes=1 << 16)
-UID = sandbox_uid() if os.geteuid() == 0 else os.geteuid()
+UID = sandbox_uid() if os.geteuid() == 0 else os.geteuid()  # the first pool's first worker
+UIDS = set(sandbox_uids()) if os.geteuid() == 0 else {os.geteuid()}
 REPO = Path(codegym.__file__).resolve().parents[2]
 SECRET_VAR = "CODEGYM_HOSTILE_SECRET"
 SECRET = f"s3cret-{uuid.uuid4().hex}"
@@ -156,10 +157,10 @@ def _stray_processes() -> set[tuple[int, bytes]]:
     prepared: dict[tuple[int, bool], list[int]] = {}  # (zygote, same pid ns) -> children
     parents = {p.ppid for p in procs.values()}
     for pid, p in procs.items():
-        if p.uid != UID or p.state in "ZX" or pid == me:
+        if p.uid not in UIDS or p.state in "ZX" or pid == me:
             continue
         depth, node = 0, p
-        while node.ppid != me and node.ppid in procs and procs[node.ppid].uid == UID:
+        while node.ppid != me and node.ppid in procs and procs[node.ppid].uid in UIDS:
             node, depth = procs[node.ppid], depth + 1
         if node.ppid == me and depth == 3 and pid not in parents:
             forker = _pid_ns(pid) == _pid_ns(p.ppid)

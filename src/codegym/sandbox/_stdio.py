@@ -134,11 +134,9 @@ def _case(meter: Meter, fn, lim: dict, stdin: bytes) -> tuple[dict, bytes]:  # t
                 os.setpgid(0, 0)  # the case's own group, killed whole at its end
             # gVisor arms RLIMIT_CPU on setrlimit only, not on fork: arm it again
             resource.setrlimit(resource.RLIMIT_CPU, resource.getrlimit(resource.RLIMIT_CPU))
-            os.close(_harness.RESULT_FD)
             os.dup2(in_fd, 0)
             os.dup2(out_w, 1)
-            for fd in (out_r, out_w, in_fd):
-                os.close(fd)
+            os.closerange(3, 65536)  # the result channel, the counters: none is the case's
             rc = fn()
         finally:
             os._exit(rc)

@@ -69,15 +69,20 @@ class Worker:
                 os.setgid(uid)
                 os.setuid(uid)
 
-        self.proc = await asyncio.create_subprocess_exec(
-            *launch.argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=launch.env,
-            preexec_fn=preexec,
-            limit=_MAX_FRAME,
-        )
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *launch.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=launch.env,
+                preexec_fn=preexec,
+                limit=_MAX_FRAME,
+                pass_fds=launch.pass_fds,
+            )
+        finally:
+            for fd in launch.pass_fds:
+                os.close(fd)
         self._drain = asyncio.create_task(self._drain_stderr())
         try:
             header, _ = await self._roundtrip(
@@ -147,4 +152,7 @@ class Worker:
                 await asyncio.to_thread(self.launch.cgroup.remove)
             for path in self.launch.cleanup:
                 shutil.rmtree(path, ignore_errors=True)
+            if self.launch.uid_lock is not None:
+                os.close(self.launch.uid_lock)  # the uid is free for another worker
+                self.launch.uid_lock = None
         self.proc = None

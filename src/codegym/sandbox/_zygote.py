@@ -770,7 +770,9 @@ class _Observed:
             cpu, oom = self.ru.ru_utime + self.ru.ru_stime, False
         timing = {"cpu_s": round(cpu, 6), "wall_s": round(self.wall, 6)}
         code = self.exit_code(_harness)
-        sig = -code if code < 0 and not self.killed_by_us else 0
+        # our own SIGKILL (the judge was done) is no fate of the program's; any other end,
+        # even one that raced our kill, is
+        sig = -code if code < 0 and not (self.killed_by_us and code == -signal.SIGKILL) else 0
         xcpu = sig == signal.SIGXCPU and cpu >= _harness.XCPU_MIN_FRACTION * lim["cpu_s"]
         j = self.judged
 

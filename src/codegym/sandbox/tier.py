@@ -8,6 +8,7 @@ deadlines, verdicts, recycling) is shared and lives in ``_worker.py`` and ``sand
 from __future__ import annotations
 
 import atexit
+import fcntl
 import functools
 import os
 import shutil
@@ -79,6 +80,10 @@ class Launch:
     cgroup: WorkerCgroup | None = None
     cleanup: list[Path] = field(default_factory=list)
     """Paths to remove after the worker exits."""
+    pass_fds: list[int] = field(default_factory=list)
+    """Descriptors the worker process inherits; closed here once it has started."""
+    uid_lock: int | None = None
+    """The claim on ``uid`` (see ``claim_uid``), released when the worker stops."""
 
 
 @functools.cache
@@ -97,9 +102,57 @@ def zygote_dir() -> Path:
     return d
 
 
+def zygote_memfds() -> dict[str, int]:
+    """Each zygote file in a fresh memfd, for ``bwrap --file`` (by file name).
+
+    Copied into the jail's own root this way, the files leave no mount whose source
+    path (a host temp folder) ``/proc/self/mountinfo`` would show the program.
+    """
+    fds = {}
+    for name in ZYGOTE_FILES:
+        fd = os.memfd_create(name)
+        os.write(fd, (PACKAGE_DIR / name).read_bytes())
+        os.lseek(fd, 0, 0)
+        fds[name] = fd
+    return fds
+
+
+UID_SPAN = 256
+"""Workers take their uids from ``sandbox_uid()`` up to this many above it."""
+
+
 def sandbox_uid() -> int:
-    """The unprivileged host uid sandboxed programs run as when codegym runs as root."""
+    """The first of the unprivileged host uids sandboxed programs run as (as root)."""
     return int(os.environ.get("CODEGYM_SANDBOX_UID", "64055"))
+
+
+def sandbox_uids() -> range:
+    """Every host uid a worker may run as when codegym runs as root."""
+    return range(sandbox_uid(), sandbox_uid() + UID_SPAN)
+
+
+def claim_uid() -> tuple[int, int]:
+    """A host uid no other live worker on this host runs as, and the lock that holds it.
+
+    Per-user kernel limits (inotify instances, pending signals, message queues, the
+    process count) are shared by every process of a uid, so one uid per worker keeps one
+    run from starving a concurrent one. The claim is an ``flock`` on a file per uid: it
+    ends when the holder closes it, or dies (``kill -9`` included).
+
+    Raises:
+        OSError: every uid of the span is taken (more than ``UID_SPAN`` live workers).
+    """
+    locks = Path(tempfile.gettempdir()) / "codegym-uids"
+    locks.mkdir(mode=0o700, exist_ok=True)
+    for uid in sandbox_uids():
+        fd = os.open(locks / str(uid), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return uid, fd
+    raise OSError(f"all {UID_SPAN} sandbox uids from {sandbox_uid()} are in use")
 
 
 def find_python(explicit: str | None = None) -> str | None:

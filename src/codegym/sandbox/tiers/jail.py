@@ -22,13 +22,13 @@ from codegym.sandbox import _cgroups
 from codegym.sandbox.tier import (
     BASE_ENV,
     DEFAULT_PRELOAD,
-    ZYGOTE_FILES,
     Launch,
     Tier,
     WorkerSpec,
+    claim_uid,
     find_python,
     sandbox_uid,
-    zygote_dir,
+    zygote_memfds,
 )
 
 INNER_UID = 1000
@@ -71,7 +71,7 @@ class JailTier(Tier):
 
     def launch(self, spec: WorkerSpec) -> Launch:
         assert self.bwrap and self.python
-        uid = sandbox_uid() if os.geteuid() == 0 else os.geteuid()
+        uid, lock = claim_uid() if os.geteuid() == 0 else (os.geteuid(), None)
         if spec.name.endswith("-w0"):  # once per pool: clean up after killed owners
             _cgroups.sweep_stale()
         cgroup = _cgroups.WorkerCgroup(
@@ -110,8 +110,10 @@ class JailTier(Tier):
                 argv += ["--ro-bind", str(target), f"/{link}"]
         for name in ETC_FILES:
             argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        for f in ZYGOTE_FILES:
-            argv += ["--ro-bind", str(zygote_dir() / f), f"{ZYGOTE_DIR}/{f}"]
+        memfds = zygote_memfds()
+        argv += ["--perms", "0755", "--dir", ZYGOTE_DIR]
+        for f, fd in memfds.items():
+            argv += ["--perms", "0444", "--file", str(fd), f"{ZYGOTE_DIR}/{f}"]
         inner_procs = []
         for i, path in enumerate(cgroup.slot_procs()):
             inner = f"/run/cg/{i}"
@@ -137,7 +139,15 @@ class JailTier(Tier):
             "env": {**BASE_ENV, "HOME": WORKDIR},
             "forker": True,  # runs forked from a clean image (_zygote.Zygote.start_forker)
         }
-        return Launch(argv=argv, env=dict(BASE_ENV), config=config, uid=uid, cgroup=cgroup)
+        return Launch(
+            argv=argv,
+            env=dict(BASE_ENV),
+            config=config,
+            uid=uid,
+            cgroup=cgroup,
+            pass_fds=list(memfds.values()),
+            uid_lock=lock,
+        )
 
 
 def _userns_ok(bwrap: str) -> bool:

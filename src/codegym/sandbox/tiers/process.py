@@ -19,8 +19,8 @@ from codegym.sandbox.tier import (
     Launch,
     Tier,
     WorkerSpec,
+    claim_uid,
     find_python,
-    sandbox_uid,
     zygote_dir,
 )
 
@@ -44,7 +44,7 @@ class ProcessTier(Tier):
 
     def launch(self, spec: WorkerSpec) -> Launch:
         assert self.python
-        uid = sandbox_uid() if os.geteuid() == 0 else None
+        uid, lock = claim_uid() if os.geteuid() == 0 else (None, None)
         work = Path(tempfile.mkdtemp(prefix=f"codegym-{spec.name}-"))
         if uid is not None:
             os.chown(work, uid, uid)
@@ -60,4 +60,6 @@ class ProcessTier(Tier):
             "nproc": True,
         }
         argv = [self.python, "-s", "-B", str(zygote_dir() / "_zygote.py")]
-        return Launch(argv=argv, env=dict(BASE_ENV), config=config, uid=uid, cleanup=[work])
+        return Launch(
+            argv=argv, env=dict(BASE_ENV), config=config, uid=uid, cleanup=[work], uid_lock=lock
+        )
