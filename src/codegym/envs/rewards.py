@@ -12,6 +12,7 @@ the model's fault.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -46,16 +47,24 @@ def tests_passed(ctx: RewardContext) -> float:
     return 1.0 if ctx.score is not None and ctx.score.passed else 0.0
 
 
+_BLOCK = re.compile(r"```[^\n`]*\n(.*?)```", re.S)
+
+
 def has_code_block(ctx: RewardContext) -> float:
-    """1.0 when the last assistant message holds a fenced code block (a format reward)."""
+    """1.0 when the last assistant message holds a closed, fenced code block with code in
+    it (a format reward: a bare or empty fence earns nothing)."""
     for m in reversed(ctx.messages):
         if m.get("role") == "assistant":
-            return 1.0 if "```" in str(m.get("content") or "") else 0.0
+            text = str(m.get("content") or "")
+            return 1.0 if any(b.strip() for b in _BLOCK.findall(text)) else 0.0
     return 0.0
 
 
 def fewer_turns(ctx: RewardContext) -> float:
-    """1 / turns: rewards solving in fewer model turns (multi-turn shaping)."""
+    """1 / turns for an episode whose tests passed, else 0: rewards solving in fewer
+    turns, never ending early (a quick wrong answer earns nothing)."""
+    if ctx.score is None or not ctx.score.passed:
+        return 0.0
     return 1.0 / max(1, ctx.turns)
 
 

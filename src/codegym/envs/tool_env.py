@@ -11,10 +11,13 @@ tool name is a call (```` ```bash ````, ```` ```run_python ````, ```` ```submit 
 with no other call is a submission.
 
 Contract:
-- Tool errors (unknown tool, bad JSON arguments, a file that does not exist, a program that
-  fails) go back to the model as observations; they are the model's to handle.
-- A sandbox ``infra`` result in any tool raises ``EnvInfraError``: the engine retries the
-  episode and never scores it.
+- Tool errors (unknown tool, bad JSON arguments, a file that does not exist, a path the
+  workspace refuses, a program that fails) go back to the model as observations; they are
+  the model's to handle.
+- A sandbox ``infra`` result or ``SandboxInfraError`` in any tool raises ``EnvInfraError``:
+  the engine retries the episode and never scores it. The kind of failure decides, never
+  the text of a message (which may quote the agent's own input).
+- ``submit`` is graded in a fresh sandbox run, not in the episode's workspace.
 - Budgets: ``max_turns`` model turns and ``max_tokens`` generated tokens per episode. Out of
   turns without a submission is ``no_code``; out of tokens is ``truncated`` (model
   outcomes, scored by the rubric with ``score=None``).
@@ -41,7 +44,7 @@ from codegym.envs.env import (
     register,
 )
 from codegym.envs.rewards import RewardContext, Rubric, rubric_from_weights
-from codegym.sandbox import ExecResult, SandboxError, Session, Verdict
+from codegym.sandbox import ExecResult, SandboxError, SandboxInfraError, Session, Verdict
 from codegym.tasks import Score, Task, score
 
 
@@ -187,20 +190,23 @@ class ToolEnv(Env):
                 return True, "ok"
         except FileNotFoundError as e:
             return False, f"error: no such file {e.args[0]!r}"
-        except SandboxError as e:
-            if "infra" in str(e).lower():
-                raise EnvInfraError("infra", str(e)) from e
-            return False, f"error: {e}"
-        except ValueError as e:  # SandboxInputError: a bad path or oversized input
+        except SandboxInfraError as e:  # the kind decides whose fault, never the text
+            raise EnvInfraError("infra", str(e)) from e
+        except SandboxError as e:  # a bad path, a refused write: the agent's to handle
             return False, f"error: {e}"
         known = ", ".join(t["function"]["name"] for t in TOOLS)
         return False, f"error: unknown tool {name!r}; tools: {known}"
 
     async def _finish(self, code: str, sw: Stopwatch, io: list[dict[str, Any]]) -> StepResult:
         assert self.task is not None
-        s = await self._sess()
         with sw("sandbox"):
-            result = await score(s, self.task, code, self.resources.limits)
+            # graded in a fresh run, never in the agent's workspace: nothing the episode
+            # left there (files, modules, symlinks) takes part in its own grading
+            if self.resources.sandbox is not None:
+                result = await score(self.resources.sandbox, self.task, code, self.resources.limits)
+            else:
+                async with self.resources.session() as fresh:
+                    result = await score(fresh, self.task, code, self.resources.limits)
         if result.is_infra:
             raise EnvInfraError(result.outcome, result.detail)
         io.append(

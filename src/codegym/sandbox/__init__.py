@@ -11,10 +11,13 @@ namespaces). Each tier's module docstring states its threat model.
 """
 
 from codegym.sandbox.errors import (
+    FileTooLarge,
     HostUnsupported,
     SandboxClosed,
     SandboxError,
+    SandboxInfraError,
     SandboxInputError,
+    WorkspaceError,
 )
 from codegym.sandbox.limits import Limits
 from codegym.sandbox.result import ExecResult, TestResult, Verdict
@@ -23,15 +26,18 @@ from codegym.sandbox.sandbox import AssertTest, IOTest, Sandbox, Session, TestCa
 __all__ = [
     "AssertTest",
     "ExecResult",
+    "FileTooLarge",
     "HostUnsupported",
     "IOTest",
     "Limits",
     "Sandbox",
     "SandboxClosed",
     "SandboxError",
+    "SandboxInfraError",
     "SandboxInputError",
     "Session",
     "TestCase",
     "TestResult",
     "Verdict",
+    "WorkspaceError",
 ]

@@ -6,8 +6,18 @@ reserved for the caller's own mistakes and for a host that cannot run a tier at 
 
     SandboxError
      ├── SandboxInputError     bad code, files or limits: names the input and the fix
+     ├── WorkspaceError        a session's workspace refused a file operation (a folder that
+     │    │                    is a file or a symlink, a full disk): the caller's or the
+     │    │                    program's doing, never the sandbox's
+     │    └── FileTooLarge     a file to read is larger than asked for
+     ├── SandboxInfraError     the sandbox failed a session file operation (a worker died, the
+     │                         service is gone): ours, never the caller's
      ├── HostUnsupported       the host lacks what a tier needs: says what and which tier works
      └── SandboxClosed         the pool was used after close()
+
+Callers that must tell whose fault a failure is (an agent's tool, say) catch
+``SandboxInfraError`` for ours and every other ``SandboxError`` as the caller's: the kind
+decides, never the message's text.
 """
 
 from __future__ import annotations
@@ -19,6 +29,18 @@ class SandboxError(Exception):
 
 class SandboxInputError(SandboxError, ValueError):
     """The caller passed something the sandbox cannot run; the message says how to fix it."""
+
+
+class WorkspaceError(SandboxError):
+    """A session's workspace refused a file operation; the message says what and where."""
+
+
+class FileTooLarge(WorkspaceError):
+    """A workspace file is larger than the reader allowed."""
+
+
+class SandboxInfraError(SandboxError):
+    """The sandbox itself failed a session file operation: not the caller's fault."""
 
 
 class HostUnsupported(SandboxError):

@@ -73,3 +73,31 @@ class Limits:
         d: dict[str, float | int] = dict(vars(self))
         d["wall_s"] = self.wall
         return d
+
+
+def check_path(path: str) -> str:
+    """A workspace path: relative, no ``.``/``..``/empty part, no NUL, UTF-8, and within the
+    file system's name limits (255 bytes a name, 4095 in all).
+
+    Raises:
+        SandboxInputError: the path names the fix.
+    """
+    if (
+        not isinstance(path, str)
+        or not path
+        or path.startswith("/")
+        or "\0" in path
+        or any(part in ("..", ".", "") for part in path.split("/"))
+    ):
+        raise SandboxInputError(
+            f"file path {path!r} must be relative, without '..', '.' or empty parts"
+        )
+    try:
+        raw = path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SandboxInputError(f"file path {path!r} is not valid UTF-8 text") from None
+    if len(raw) > 4095 or any(len(part) > 255 for part in raw.split(b"/")):
+        raise SandboxInputError(
+            f"file path {path[:80]!r}... is too long: at most 255 bytes per name and 4095 in all"
+        )
+    return path

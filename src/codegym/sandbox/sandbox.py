@@ -22,12 +22,14 @@ from codegym.sandbox import _seccomp
 from codegym.sandbox._verdict import judge
 from codegym.sandbox._worker import Worker, WorkerCrashed
 from codegym.sandbox.errors import (
+    FileTooLarge,
     HostUnsupported,
     SandboxClosed,
-    SandboxError,
+    SandboxInfraError,
     SandboxInputError,
+    WorkspaceError,
 )
-from codegym.sandbox.limits import MAX_CODE_BYTES, MAX_INPUT_BYTES, Limits
+from codegym.sandbox.limits import MAX_CODE_BYTES, MAX_INPUT_BYTES, Limits, check_path
 from codegym.sandbox.result import ExecResult, Verdict
 from codegym.sandbox.tier import Tier, WorkerSpec
 from codegym.sandbox.tiers import TIER_NAMES, make_tier
@@ -110,28 +112,6 @@ def _code_bytes(code: Text) -> bytes:
             "decode the source to str first or fix its encoding"
         ) from None
     return data
-
-
-def _check_path(path: str) -> str:
-    if (
-        not isinstance(path, str)
-        or not path
-        or path.startswith("/")
-        or "\0" in path
-        or any(part in ("..", ".", "") for part in path.split("/"))
-    ):
-        raise SandboxInputError(
-            f"file path {path!r} must be relative, without '..', '.' or empty parts"
-        )
-    try:
-        raw = path.encode("utf-8")
-    except UnicodeEncodeError:
-        raise SandboxInputError(f"file path {path!r} is not valid UTF-8 text") from None
-    if len(raw) > 4095 or any(len(part) > 255 for part in raw.split(b"/")):
-        raise SandboxInputError(
-            f"file path {path[:80]!r}... is too long: at most 255 bytes per name and 4095 in all"
-        )
-    return path
 
 
 def _assert_wire(t: AssertTest) -> dict[str, Any]:
@@ -362,7 +342,7 @@ class Sandbox:
                     f"files add up to more than {MAX_INPUT_BYTES} bytes; pass less data"
                 )
             blobs.append(data)
-            wire_files.append([_check_path(path), len(blobs) - 1, 0o644])
+            wire_files.append([check_path(path), len(blobs) - 1, 0o644])
         deadline = limits.wall * max(1, steps)
         req.update(op="run", files=wire_files, limits=limits.to_wire(), wall_s=deadline)
         if self._closed:
@@ -495,32 +475,40 @@ class Session(Sandbox):
         self._session_disk_mb = disk_mb
 
     async def write_file(self, path: str, content: Text) -> None:
-        """Write a file into the workspace (parents are created).
+        """Write a file into the workspace (parents are created; symlinks never followed).
 
         Raises:
             SandboxInputError: a bad path or oversized content.
-            SandboxError: the write failed inside the sandbox.
+            WorkspaceError: the workspace refused it (a folder on the path is a file or a
+                symlink, the disk is full, ...).
+            SandboxInfraError: the sandbox failed.
         """
         r = await self.run(["true"], files={path: content})
+        if r.verdict is Verdict.INFRA:
+            raise SandboxInfraError(f"could not write {path!r}: {r.reason}")
         if r.verdict is not Verdict.OK:
-            raise SandboxError(f"could not write {path!r}: {r.reason or r.stderr}")
+            raise WorkspaceError(r.reason or f"could not write {path!r}: {r.stderr.strip()}")
 
     async def read_file(self, path: str, max_bytes: int = 16 << 20) -> bytes:
         """Read a file from the workspace.
 
         Raises:
             FileNotFoundError: no such file in the workspace.
-            SandboxError: the file is larger than ``max_bytes`` or could not be read.
+            FileTooLarge: the file is larger than ``max_bytes``.
+            WorkspaceError: the file could not be read (a folder, no permission, ...).
+            SandboxInfraError: the sandbox failed.
         """
         import base64
 
-        _check_path(path)
+        check_path(path)
         limit = Limits(output_bytes=max_bytes * 4 // 3 + 4096)
         r = await self.run(["base64", "-w0", "--", path], limits=limit)
+        if r.verdict is Verdict.INFRA:
+            raise SandboxInfraError(f"could not read {path!r}: {r.reason}")
         if r.verdict is Verdict.OUTPUT_LIMIT:
-            raise SandboxError(f"{path!r} is larger than {max_bytes} bytes")
+            raise FileTooLarge(f"{path!r} is larger than {max_bytes} bytes")
         if r.verdict is not Verdict.OK:
             if "No such file" in r.stderr:
                 raise FileNotFoundError(path)
-            raise SandboxError(f"could not read {path!r}: {r.reason} {r.stderr.strip()}")
+            raise WorkspaceError(f"could not read {path!r}: {r.reason} {r.stderr.strip()}")
         return base64.b64decode(r.stdout)

@@ -51,6 +51,13 @@ def serve(
     drain_s: Annotated[
         float, typer.Option(help="On SIGTERM, how long running work may take to finish.")
     ] = 60.0,
+    header_timeout: Annotated[
+        float, typer.Option(help="Seconds a client may take to send a request's headers.")
+    ] = 10.0,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(help="Open connections at most (default: what the fd limit allows)."),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
 ) -> None:
     """Serve the sandbox over HTTP: run, batch tests, sessions, /metrics, /openapi.json."""
@@ -78,6 +85,8 @@ def serve(
             session_ttl_s=session_ttl,
             max_body_bytes=int(max_body_mb * (1 << 20)),
             max_file_bytes=int(max_file_mb * (1 << 20)),
+            header_timeout_s=header_timeout,
+            max_connections=max_connections,
         )
         run_server(config, host, port, drain_s=drain_s, log_level=log_level.lower())
     except (ValueError, HostUnsupported, SandboxInputError) as e:

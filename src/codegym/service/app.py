@@ -48,12 +48,15 @@ from pydantic import BaseModel
 
 from codegym.sandbox import (
     ExecResult,
+    FileTooLarge,
     Sandbox,
     SandboxClosed,
     SandboxError,
     SandboxInputError,
     Session,
+    WorkspaceError,
 )
+from codegym.sandbox.limits import check_path
 from codegym.service import _metrics as m
 from codegym.service._auth import RequireToken, document_token
 from codegym.service._control import Admission, IdempotencyStore, KeyReused, Overloaded, Reply
@@ -73,7 +76,6 @@ from codegym.service.models import (
     SessionCreate,
     SessionInfo,
     TestsRequest,
-    check_path,
     decode_data,
 )
 from codegym.service.sessions import SessionLimit, SessionManager, UnknownSession
@@ -105,6 +107,13 @@ class ServiceConfig:
     """Largest single file (in a request or uploaded); larger gets 413."""
     idempotency_ttl_s: float = 600.0
     """How long an answer is kept for a retried Idempotency-Key."""
+    header_timeout_s: float = 10.0
+    """A connection whose request head (line and headers) takes longer is closed."""
+    max_connections: int | None = None
+    """Open connections at most; more get 503 at once (default: what the fd limit allows)."""
+    ready_every_s: float = 10.0
+    """``/readyz`` runs its own probe at most this often, and only when no run succeeded
+    in that time; concurrent checks share one probe."""
 
     def __post_init__(self) -> None:
         if self.auth and not self.token:
@@ -114,6 +123,10 @@ class ServiceConfig:
             )
         if self.token is not None and len(self.token) < 16 and self.auth:
             raise ValueError("the token is shorter than 16 characters; use a long random one")
+        if not 0 < self.header_timeout_s <= 3600:
+            raise ValueError(f"header timeout {self.header_timeout_s!r}: use 0 < seconds <= 3600")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError(f"max connections {self.max_connections!r}: use at least 1")
 
 
 HealthStatus = Literal["ok", "starting", "draining", "down"]
@@ -141,6 +154,41 @@ class _State:
         self.ready = False
         self.draining = False
         self.last_ok = 0.0  # monotonic time of the last execution that was not infra
+        self.last_probe = -1e9  # monotonic time the readiness probe last ran
+        self.probe_ok = False
+        self.probe: asyncio.Task[bool] | None = None  # the one readiness probe in flight
+
+    async def probe_ready(self) -> bool:
+        """Whether the pool runs code: a recent good run, else one shared probe run.
+
+        Unauthenticated callers reach this: however many ask at once or how often, it
+        starts at most one ``print(1)`` per ``ready_every_s``, and that run goes through
+        the same admission as everyone's.
+        """
+        now = time.monotonic()
+        every = self.config.ready_every_s
+        if now - self.last_ok <= every:
+            return True
+        if now - self.last_probe <= every and self.probe is None:
+            return self.probe_ok
+        if self.probe is None:
+            self.last_probe = now
+            self.probe = asyncio.create_task(self._probe())
+            self.probe.add_done_callback(lambda _: setattr(self, "probe", None))
+        return await asyncio.shield(self.probe)
+
+    async def _probe(self) -> bool:
+        try:
+            async with asyncio.timeout(10):
+                async with self.admission.admit():
+                    r = await self.sandbox.run_python("print(1)")
+        except (TimeoutError, SandboxError, Overloaded):
+            self.probe_ok = False
+            return False
+        self.probe_ok = r.ok
+        if r.ok:
+            self.last_ok = time.monotonic()
+        return r.ok
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -472,6 +520,8 @@ def create_app(
                 await s.write_file(path, data)
             except SandboxInputError as e:
                 raise _error(400, str(e)) from None
+            except WorkspaceError as e:  # the workspace's state refused it: the caller's
+                raise _error(409, str(e)) from None
             except SandboxError as e:
                 raise _error(503, str(e), retry_after=1) from None
         return FileWritten(path=path, size=len(data))
@@ -493,9 +543,12 @@ def create_app(
                 raise _error(400, str(e)) from None
             except FileNotFoundError:
                 raise _error(404, f"no file {path!r} in session {sid!r}") from None
+            except FileTooLarge as e:
+                raise _error(413, str(e)) from None
+            except WorkspaceError as e:
+                raise _error(409, str(e)) from None
             except SandboxError as e:
-                status = 413 if "larger than" in str(e) else 503
-                raise _error(status, str(e)) from None
+                raise _error(503, str(e)) from None
         return Response(data, media_type="application/octet-stream")
 
     @app.delete("/v1/sessions/{sid}", status_code=204, responses=_ERRORS)
@@ -528,15 +581,8 @@ def create_app(
         status: HealthStatus = (
             "draining" if state.draining else "starting" if not state.ready else "ok"
         )
-        if status == "ok" and time.monotonic() - state.last_ok > 10:
-            try:
-                r = await asyncio.wait_for(state.sandbox.run_python("print(1)"), 10)
-            except (TimeoutError, SandboxError):
-                status = "down"
-            else:
-                status = "ok" if r.ok else "down"
-                if r.ok:
-                    state.last_ok = time.monotonic()
+        if status == "ok" and not await state.probe_ready():
+            status = "down"
         body = health(status).model_dump_json().encode()
         return _json(200 if status == "ok" else 503, body)
 

@@ -41,12 +41,16 @@ from pydantic import BaseModel, ValidationError
 
 from codegym.sandbox import (
     ExecResult,
+    FileTooLarge,
     Limits,
     SandboxError,
+    SandboxInfraError,
     SandboxInputError,
     TestCase,
     Verdict,
+    WorkspaceError,
 )
+from codegym.sandbox.limits import check_path
 from codegym.service._batch import (
     RUN,
     Batcher,
@@ -62,7 +66,6 @@ from codegym.service.models import (
     SessionCreate,
     SessionInfo,
     TestsRequest,
-    check_path,
     encode_data,
     tests_to_wire,
 )
@@ -379,8 +382,12 @@ class RemoteSandbox:
                 inst.failures = 0
                 return inst, resp
             detail = _detail(resp)
-            if resp.status in (400, 413, 422):
+            if resp.status in (400, 422):
                 raise input_refused(detail)
+            if resp.status == 409:
+                raise WorkspaceError(detail)
+            if resp.status == 413:
+                raise (FileTooLarge if method == "GET" else SandboxInputError)(detail)
             if resp.status in (401, 403):
                 raise token_refused(inst.url, resp.status)
             why = f"{inst.url}: HTTP {resp.status}: {detail}"
@@ -499,14 +506,14 @@ class RemoteSession:
             "PUT", self._file_url(path), bytes(data), 60.0, self._pinned()
         )
         if isinstance(answer, _Failure):
-            raise SandboxError(f"could not write {path!r}: {answer.reason}")
+            raise SandboxInfraError(f"could not write {path!r}: {answer.reason}")
 
     async def read_file(self, path: str) -> bytes:
         answer = await self._remote._call("GET", self._file_url(path), None, 60.0, self._pinned())
         if isinstance(answer, _Failure):
             if "no file" in answer.reason:
                 raise FileNotFoundError(path)
-            raise SandboxError(f"could not read {path!r}: {answer.reason}")
+            raise SandboxInfraError(f"could not read {path!r}: {answer.reason}")
         return answer[1].content
 
 

@@ -73,24 +73,6 @@ def encode_data(value: str | bytes) -> Data:
     return Base64Data(base64=base64.b64encode(bytes(value)).decode("ascii"))
 
 
-def check_path(path: str) -> str:
-    """A workspace path: relative, no ``..``, no empty part, no NUL.
-
-    Raises:
-        SandboxInputError: the path could reach outside the workspace.
-    """
-    if (
-        not path
-        or path.startswith("/")
-        or "\0" in path
-        or any(part in ("..", ".", "") for part in path.split("/"))
-    ):
-        raise SandboxInputError(
-            f"file path {path!r} must be relative, without '..', '.', empty parts or NUL"
-        )
-    return path
-
-
 class LimitsModel(_Model):
     """Limits for one execution; the same fields and defaults as ``codegym.sandbox.Limits``."""
 

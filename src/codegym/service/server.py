@@ -20,6 +20,7 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from codegym.service._http import fd_headroom, guarded
 from codegym.service.app import ServiceConfig, create_app
 
 log = logging.getLogger("codegym.service")
@@ -63,6 +64,8 @@ class _EmbeddedServer(_DrainingServer):
 def _uvicorn_config(
     app: FastAPI, host: str, port: int, drain_s: float, log_level: str
 ) -> uvicorn.Config:
+    service = app.state.service.config
+    cap = service.max_connections or fd_headroom()
     return uvicorn.Config(
         app,
         host=host,
@@ -73,6 +76,8 @@ def _uvicorn_config(
         timeout_keep_alive=30,
         lifespan="on",
         loop="auto",  # uvloop (a dependency): less CPU per request than asyncio's loop
+        # a deadline for every request head and a cap on connections (see _http)
+        http=guarded(service.header_timeout_s, cap),
     )
 
 

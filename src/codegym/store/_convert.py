@@ -64,7 +64,7 @@ def table(rows: list[Any], columns: Columns, row: Callable[[Any], tuple[Any, ...
 def gen_row(g: Generation) -> tuple[Any, ...]:
     return (
         g.key,
-        g.text,
+        storable(g.text),
         g.finish_reason,
         pack("q", g.token_ids),
         pack("d", g.logprobs),
@@ -76,16 +76,36 @@ def gen_row(g: Generation) -> tuple[Any, ...]:
 
 
 def score_row(s: Score) -> tuple[Any, ...]:
-    return (s.key, s.passed, s.outcome, s.detail, s.cpu_s, s.wall_s, s.flaky, s.created)
+    return (s.key, s.passed, s.outcome, storable(s.detail), s.cpu_s, s.wall_s, s.flaky, s.created)
 
 
 def to_json(value: Any, what: str) -> str:
     try:
-        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError) as e:
         raise StoreInputError(
             f"{what} is not JSON-serializable ({e}); convert it to dicts, lists, str and numbers"
         ) from e
+    if _has_surrogates(text):  # lone surrogates (a model wrote them): escaped, not lost
+        text = json.dumps(value, ensure_ascii=True, sort_keys=True)
+    return text
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def storable(text: str) -> str:
+    """A plain string column's value: lone surrogates (which no UTF-8 column can hold) are
+    replaced by U+FFFD. Used for text that has a lossless twin elsewhere (a generation's
+    token ids) or that the store only describes (a score's detail)."""
+    if not _has_surrogates(text):
+        return text
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def traj_row(t: Trajectory) -> tuple[Any, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codegym.sandbox import ExecResult, Limits, Sandbox, Verdict
+from codegym.sandbox.limits import MAX_CODE_BYTES
 from codegym.tasks.outcomes import is_infra
 from codegym.tasks.task import Task
 
@@ -64,5 +65,28 @@ async def score(
     ``limits`` overrides; otherwise the task's own limits, else ``DEFAULT_LIMITS``.
     """
     lim = limits or task.limits or DEFAULT_LIMITS
-    result = await sandbox.run_tests(task.program(completion), task.tests(), limits=lim)
+    program = task.program(completion)
+    unrunnable = _unrunnable(completion, program)
+    if unrunnable:
+        return Score(False, "error", unrunnable, 0.0, 0.0)
+    result = await sandbox.run_tests(program, task.tests(), limits=lim)
     return outcome_of(result)
+
+
+def _unrunnable(completion: str, program: str) -> str:
+    """Why a completion cannot even be handed to the sandbox (the model's error), or ''.
+
+    Text with no UTF-8 form (a lone surrogate) and oversized programs are the completion's
+    fault, scored per sample as ``error``: never an exception that stops a whole run, and
+    never ``infra``.
+    """
+    try:
+        size = len(program.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start : e.end]
+        if not completion.isascii() and bad and bad in completion:
+            return f"the completion has text with no UTF-8 form ({bad!r}, a lone surrogate)"
+        raise
+    if size > MAX_CODE_BYTES:
+        return f"the program is {size} bytes; the sandbox runs at most {MAX_CODE_BYTES}"
+    return ""

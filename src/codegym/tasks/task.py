@@ -101,7 +101,23 @@ class Task:
         root = re.match(r"[A-Za-z_]\w*", self.entry_point)
         names = (root.group(0),) if root else ()
         code = f"{self.test}\n\n{self.check_call()}\n"
-        return [AssertTest(code, setup=self.prompt, program=names)]
+        return [AssertTest(code, setup=self._judge_setup, program=names)]
+
+    @cached_property
+    def _judge_setup(self) -> str:
+        """The prompt as code the judge can run before the test.
+
+        As it is when it compiles (HumanEval's prompts end in a docstring); with a stub
+        body when it stops right after a function's header (``def f(x):``); empty when
+        neither compiles, and then every name the test uses comes from the program.
+        """
+        for candidate in (self.prompt, self.prompt.rstrip("\n") + "\n    ...\n"):
+            try:
+                compile(candidate, "<prompt>", "exec")
+            except (SyntaxError, ValueError):
+                continue
+            return candidate
+        return ""
 
     def digest(self) -> str:
         """sha256 over everything that decides a verdict (not ``metadata``)."""
