@@ -44,11 +44,22 @@ TEST = dedent("""
 TASK = Task(id="adv/1", prompt=PROMPT, entry_point="solve", test=TEST)
 
 
-async def _score(sb: Sandbox, body: str) -> str:
+class Outcome(str):
+    """An outcome that shows its score's detail when an assertion on it fails."""
+
+    detail = ""
+
+    def __repr__(self) -> str:
+        return f"{str(self)!r} ({self.detail})"
+
+
+async def _score(sb: Sandbox, body: str) -> Outcome:
     s = await score(sb, TASK, body, LIMITS)
     assert not s.passed, s
     assert s.outcome != "infra", s
-    return s.outcome
+    out = Outcome(s.outcome)
+    out.detail = s.detail
+    return out
 
 
 def _body(text: str, tail: str = "") -> str:
@@ -146,14 +157,14 @@ async def test_walking_up_the_stack_to_the_expected_values(sb: Sandbox, clean: C
 async def test_reading_the_test_from_the_file_system(sb: Sandbox, clean: Clean) -> None:
     body = _body("""\
         import os, re
-        for root in ("/work", "/tmp", "/opt", "/proc/self", "/dev/shm"):
+        for root in ("/work", "/tmp", "/opt", "/run", "/dev/shm", "/proc/self/fd"):
             for dirpath, _, names in os.walk(root):
                 for n in names:
                     try:
                         text = open(os.path.join(dirpath, n), errors="ignore").read(1 << 20)
-                    except OSError:
+                    except Exception:
                         continue
-                    if "EXPECTED" in text:
+                    if "EXPECTED = [" in text and n != "main.py":  # not its own source
                         found = re.search(r"\\(\\((\\[.*?\\]),\\), (\\d+)\\)", text)
                         return int(found.group(2))
         return -1
