@@ -126,7 +126,7 @@ async def test_a_javascript_program_forging_on_every_fd(sb: Sandbox, clean: Clea
 
 async def test_a_shell_program_looking_everywhere(sb: Sandbox, clean: Clean) -> None:
     needle = SECRET[:9] + "''" + SECRET[9:]  # the shell joins it; its source does not hold it
-    script = f"grep -rl --exclude-dir=proc --exclude-dir=sys {needle} / 2>/dev/null; echo done"
+    script = f"grep -rl {needle} /work /tmp /opt /etc /run /dev/shm 2>/dev/null; echo done"
     r = await sb.run_tests(None, CASES, command=["/bin/sh", "-c", script], limits=LIMITS)
     _wrong(r)
     assert all(t.detail == "wrong answer: done\n" for t in r.tests), r.tests
