@@ -132,6 +132,15 @@ def death_signal(marks: bytes, key: bytes | bytearray) -> int | None:
     return None
 
 
+_WHY = {
+    errno.ELOOP: "a folder on its path is a symbolic link (never followed)",
+    errno.ENOTDIR: "something on its path is not a folder (or is a symbolic link)",
+    errno.ENXIO: "it exists and is not a regular file",
+    errno.EISDIR: "it is a folder",
+    errno.ENOSPC: "No space left on the workspace",
+}
+
+
 def write_files(root: str, files: list, blobs: list[bytes]) -> str | None:
     """Write uploads under ``root`` without following symlinks; None, or what failed.
 
@@ -165,8 +174,7 @@ def write_files(root: str, files: list, blobs: list[bytes]) -> str | None:
             finally:
                 os.close(fd)
         except OSError as e:
-            why = "a folder on its path is a symbolic link" if e.errno == errno.ELOOP else None
-            return f"could not write {path!r}: {why or e.strerror}"
+            return f"could not write {path!r}: {_WHY.get(e.errno or 0, e.strerror)}"
         finally:
             if dfd >= 0:
                 os.close(dfd)
