@@ -106,7 +106,7 @@ async def test_session_uploads_are_never_redirected_or_fatal(clean: Clean) -> No
             await s.write_file("n" * 300, "x")  # a name the file system refuses
         r = await s.run("mkdir d && ln -s /tmp e && mkfifo pipe && chmod 000 /work")
         assert r.verdict is Verdict.OK, r.stderr
-        with pytest.raises(WorkspaceError, match="symbolic link|not a folder"):
+        with pytest.raises(WorkspaceError, match=r"symbolic link|not a folder"):
             await s.write_file("e/escaped.txt", "x")
         with pytest.raises(WorkspaceError, match="not a regular file"):
             await s.write_file("pipe", "x")  # a FIFO would block the writer
