@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -109,3 +110,26 @@ async def test_tool_calls_errors_are_observations_and_budgets_end_episodes() -> 
         g = await _run(ToolCallPolicy(calls), sb, max_turns=2)
         (t,) = g.trajectories
         assert t.outcome == "no_code" and t.reward == 0.0 and len(t.turns) == 2
+
+
+async def test_more_episodes_than_sessions_do_not_deadlock() -> None:
+    # every episode holds its session between steps; one waiting for a session must not
+    # hold a step slot that the session holders need for their next step
+    calls = [("write_file", {"path": "a.txt", "content": "x"}), ("submit", {"code": SOLUTION})]
+
+    class Many(ToolCallPolicy):
+        async def generate(self, prompt: Any, params: SamplingParams) -> list[Generation]:
+            turn = sum(m["role"] == "assistant" for m in prompt)
+            self.n = turn
+            return await super().generate(prompt, params)
+
+    async with Sandbox(workers=1) as sb:
+        resources = Resources(sb, max_sessions=2)
+        ex = LocalExecutor(
+            EnvSpec("tool", {}), Many(calls), SamplingParams(), resources, env_concurrency=2
+        )
+        engine = RolloutEngine(ex, RolloutConfig(group_size=3, env_concurrency=2), env="tool")
+        async with asyncio.timeout(30):  # a deadlock never ends: 0.5 s when it works
+            groups = [g async for g in engine.run([TASK, TASK])]
+        outcomes = [t.outcome for g in groups for t in g.trajectories]
+        assert outcomes == ["pass"] * 6

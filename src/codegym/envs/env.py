@@ -140,14 +140,28 @@ class Resources:
 
     @asynccontextmanager
     async def session(self, disk_mb: int = 64) -> AsyncIterator[Session]:
-        """A fresh workspace for one episode, closed on exit."""
+        """A fresh workspace for one episode, closed on exit (takes a slot first)."""
+        async with self.session_slot(), self.open_session(disk_mb) as s:
+            yield s
+
+    @asynccontextmanager
+    async def session_slot(self) -> AsyncIterator[None]:
+        """One of the ``max_sessions`` slots. An environment that will open a session
+        takes its slot before its episode's first step (in ``reset``), never while the
+        engine holds one of its step slots for it: a step waiting for a session while the
+        episodes that hold the sessions wait for a step slot would deadlock the run."""
         async with self._session_slots:
-            s = Session(self.tier, disk_mb=disk_mb)
-            await s.start()
-            try:
-                yield s
-            finally:
-                await s.close()
+            yield
+
+    @asynccontextmanager
+    async def open_session(self, disk_mb: int = 64) -> AsyncIterator[Session]:
+        """A fresh workspace, closed on exit; the caller holds a ``session_slot``."""
+        s = Session(self.tier, disk_mb=disk_mb)
+        await s.start()
+        try:
+            yield s
+        finally:
+            await s.close()
 
 
 class Env(ABC):

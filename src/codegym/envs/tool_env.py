@@ -114,6 +114,8 @@ class ToolEnv(Env):
 
     async def reset(self, task: Task, seed: int) -> list[Message]:
         self.task = task
+        # the workspace's slot now, outside any step (see Resources.session_slot)
+        await self._stack.enter_async_context(self.resources.session_slot())
         self.messages = [
             {"role": "system", "content": _SYSTEM},
             {"role": "user", "content": chat_prompt(task)},
@@ -125,7 +127,9 @@ class ToolEnv(Env):
 
     async def _sess(self) -> Session:
         if self._session is None:
-            self._session = await self._stack.enter_async_context(self.resources.session())
+            self._session = await self._stack.enter_async_context(
+                self.resources.open_session()
+            )
         return self._session
 
     async def step(self, turn: Turn) -> StepResult:
@@ -205,7 +209,7 @@ class ToolEnv(Env):
             if self.resources.sandbox is not None:
                 result = await score(self.resources.sandbox, self.task, code, self.resources.limits)
             else:
-                async with self.resources.session() as fresh:
+                async with self.resources.open_session() as fresh:  # within our slot
                     result = await score(fresh, self.task, code, self.resources.limits)
         if result.is_infra:
             raise EnvInfraError(result.outcome, result.detail)
