@@ -130,11 +130,16 @@ class RunRequest(_Model):
 
 
 class AssertTestModel(_Model):
-    """Python code (usually asserts) run against the program's globals."""
+    """Python test code (usually asserts) that calls the program's functions; it runs in a
+    judge the program cannot reach (see ``codegym.sandbox.AssertTest``)."""
 
     kind: Literal["assert"] = "assert"
     code: str
     """The test code."""
+    setup: str = ""
+    """Trusted code the judge runs first (a task's prompt); its helpers are the task's."""
+    program: list[str] = Field(default_factory=list)
+    """Names the test takes from the program even when ``setup`` defines them."""
 
 
 class IOTestModel(_Model):
@@ -177,7 +182,7 @@ class TestsRequest(_Model):
         out: list[TestCase] = []
         for i, t in enumerate(self.tests):
             if isinstance(t, AssertTestModel):
-                out.append(AssertTest(t.code))
+                out.append(AssertTest(t.code, setup=t.setup, program=tuple(t.program)))
             else:
                 out.append(
                     IOTest(
@@ -195,7 +200,7 @@ def tests_to_wire(tests: list[TestCase]) -> list[AssertTestModel | IOTestModel]:
     out: list[AssertTestModel | IOTestModel] = []
     for t in tests:
         if isinstance(t, AssertTest):
-            out.append(AssertTestModel(code=t.code))
+            out.append(AssertTestModel(code=t.code, setup=t.setup, program=list(t.program)))
         elif isinstance(t, IOTest):
             out.append(
                 IOTestModel(
