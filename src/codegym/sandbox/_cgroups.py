@@ -93,7 +93,7 @@ def sweep_stale() -> int:
         with contextlib.suppress(OSError):
             for d in base.iterdir():
                 owner = d.name.split("-", 1)[0]
-                if not (d.is_dir() and owner.isdigit()) or _alive(int(owner)):
+                if not (d.is_dir() and owner.isdigit()) or pid_alive(int(owner)):
                     continue
                 with contextlib.suppress(OSError):
                     (d / "run").rmdir()
@@ -103,7 +103,7 @@ def sweep_stale() -> int:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
 import shutil
+import signal
 import struct
 from typing import Any
 
 from codegym.sandbox.tier import Launch, Tier, WorkerSpec
 
 _HDR = struct.Struct(">I")
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
 _MAX_FRAME = 256 << 20
 START_TIMEOUT_S = 30.0
 
@@ -68,6 +72,9 @@ class Worker:
                 os.setgroups([])
                 os.setgid(uid)
                 os.setuid(uid)
+            # the worker dies with us, even by SIGKILL (bwrap has --die-with-parent; runsc
+            # needs this); set after the uid change, which clears it
+            _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
         try:
             self.proc = await asyncio.create_subprocess_exec(

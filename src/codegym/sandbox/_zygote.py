@@ -273,6 +273,8 @@ class Zygote:
                     signal.signal(sig, die)
             else:
                 os.setsid()
+                # no namespace ends this run with its worker: the kernel must
+                _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             os.chdir(cwd or self.workdir)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # the zygote ignores it

@@ -31,7 +31,7 @@ from codegym.sandbox.errors import (
 )
 from codegym.sandbox.limits import MAX_CODE_BYTES, MAX_INPUT_BYTES, Limits, check_path
 from codegym.sandbox.result import ExecResult, Verdict
-from codegym.sandbox.tier import Tier, WorkerSpec
+from codegym.sandbox.tier import Tier, WorkerSpec, sweep_stale
 from codegym.sandbox.tiers import TIER_NAMES, make_tier
 from codegym.telemetry import metrics as _metrics  # telemetry: metrics and spans
 from codegym.telemetry.tracing import set_error, span
@@ -193,6 +193,7 @@ class Sandbox:
             warnings.warn(tier.warning, stacklevel=2)
             log.warning(tier.warning)
         self._tier = tier
+        await asyncio.to_thread(sweep_stale)  # what pools of killed owners left behind
         self._bpf = _seccomp.deny_list_bpf()
         tag = f"{os.getpid()}-{next(_POOL_TAGS):x}"
         spec = WorkerSpec if not self._session else _session_spec(self._session_disk_mb)

@@ -8,15 +8,18 @@ deadlines, verdicts, recycling) is shared and lives in ``_worker.py`` and ``sand
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import functools
 import os
+import re
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from codegym.sandbox import _cgroups
 from codegym.sandbox._cgroups import WorkerCgroup
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -93,7 +96,7 @@ def zygote_dir() -> Path:
     The sandbox uid must read them, and the source tree may sit under a directory it
     cannot enter (a clone in a 0700 temp dir, /root). Removed when the process exits.
     """
-    d = Path(tempfile.mkdtemp(prefix="codegym_zygote_"))
+    d = Path(tempfile.mkdtemp(prefix=f"codegym_zygote_{os.getpid()}_"))
     for name in ZYGOTE_FILES:
         shutil.copyfile(PACKAGE_DIR / name, d / name)
         os.chmod(d / name, 0o644)
@@ -119,6 +122,26 @@ def zygote_memfds() -> dict[str, int]:
 
 UID_SPAN = 256
 """Workers take their uids from ``sandbox_uid()`` up to this many above it."""
+
+
+# Temp folders a pool makes carry the owner's pid; see sweep_stale.
+_OWNED = re.compile(r"codegym(?:_zygote_|-gvisor-|-)(\d+)[-_]")
+
+
+def sweep_stale() -> int:
+    """Remove what pools of dead processes (``kill -9``) left: their cgroups and their temp
+    folders (zygote copies, process-tier work dirs, gVisor bundles and state). Their
+    processes are gone already: every worker dies with its owner (``--die-with-parent``,
+    ``PR_SET_PDEATHSIG``), and every run and judge with its worker. Called when a pool
+    starts; nothing of a live owner is touched. Returns how many items were removed."""
+    removed = _cgroups.sweep_stale()
+    with contextlib.suppress(OSError):
+        for entry in Path(tempfile.gettempdir()).iterdir():
+            m = _OWNED.match(entry.name)
+            if m and entry.is_dir() and not _cgroups.pid_alive(int(m.group(1))):
+                shutil.rmtree(entry, ignore_errors=True)
+                removed += 1
+    return removed
 
 
 def sandbox_uid() -> int:

@@ -72,8 +72,6 @@ class JailTier(Tier):
     def launch(self, spec: WorkerSpec) -> Launch:
         assert self.bwrap and self.python
         uid, lock = claim_uid() if os.geteuid() == 0 else (os.geteuid(), None)
-        if spec.name.endswith("-w0"):  # once per pool: clean up after killed owners
-            _cgroups.sweep_stale()
         cgroup = _cgroups.WorkerCgroup(
             f"{spec.name}", uid, backstop_memory_mb=8192, backstop_pids=4200
         )
