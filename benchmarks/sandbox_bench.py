@@ -29,9 +29,10 @@ import time
 from pathlib import Path
 
 from codegym.sandbox import Limits, Sandbox
+from codegym.sandbox.tier import sandbox_uids
 
 SYS_PY = "/usr/bin/python3"
-SANDBOX_UID = 64055
+SANDBOX_UIDS = ",".join(map(str, sandbox_uids()))  # a uid per worker
 CGROUP_DIR = "/sys/fs/cgroup/memory/codegym"
 BWRAP = [
     "bwrap", "--unshare-all", "--die-with-parent",
@@ -183,9 +184,10 @@ async def bench_kill(quick: bool) -> None:
 
 
 def leftovers() -> dict[str, set[str]]:
-    ps = subprocess.run(["ps", "-o", "pid=", "-u", str(SANDBOX_UID)], capture_output=True)
+    ps = subprocess.run(["ps", "-o", "pid=", "-u", SANDBOX_UIDS], capture_output=True)
     cg = {p for p in glob.glob(f"{CGROUP_DIR}/*") if os.path.isdir(p)}
-    tmp = set(glob.glob(os.path.join(tempfile.gettempdir(), "codegym-*")))
+    tmp = set(glob.glob(os.path.join(tempfile.gettempdir(), "codegym[-_]*")))
+    tmp.discard(os.path.join(tempfile.gettempdir(), "codegym-uids"))  # the uid locks, kept
     return {"procs": set(ps.stdout.decode().split()), "cgroups": cg, "tmpdirs": tmp}
 
 
