@@ -99,7 +99,12 @@ async def test_each_run_gets_the_tmpfs_size_it_asks_for(sb: Sandbox) -> None:
 async def test_an_idle_child_killed_from_outside_is_replaced(sb: Sandbox) -> None:
     r = await sb.run_python("print(1)")
     assert r.verdict == Verdict.OK
-    idle = _idle_children(sb)
+    # the zygote forks the next run's child after it has answered: wait for it to exist
+    for _ in range(3000):
+        idle = _idle_children(sb)
+        if idle:
+            break
+        await asyncio.sleep(0.01)
     assert len(idle) == 1, idle  # the next run's child, waiting for its request
     os.kill(idle[0], signal.SIGKILL)
     # dead while idle (a kill racing the request would be an infra retry): on a busy host

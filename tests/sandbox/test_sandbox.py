@@ -24,9 +24,9 @@ SMALL = Limits(cpu_s=1, wall_s=3, memory_mb=128)
 
 def test_public_surface_is_pinned() -> None:
     assert sorted(sandbox_pkg.__all__) == [
-        "AssertTest", "ExecResult", "HostUnsupported", "IOTest", "Limits", "Sandbox",
-        "SandboxClosed", "SandboxError", "SandboxInputError", "Session", "TestCase",
-        "TestResult", "Verdict",
+        "AssertTest", "ExecResult", "FileTooLarge", "HostUnsupported", "IOTest", "Limits",
+        "Sandbox", "SandboxClosed", "SandboxError", "SandboxInfraError", "SandboxInputError",
+        "Session", "TestCase", "TestResult", "Verdict", "WorkspaceError",
     ]  # fmt: skip
 
 
