@@ -14,14 +14,7 @@ from adversary_kit import Clean
 from codegym.envs import Resources
 from codegym.policies import Generation, SamplingParams
 from codegym.rollout import EnvSpec, LocalExecutor, RolloutConfig, RolloutEngine
-from codegym.sandbox import (
-    IOTest,
-    Sandbox,
-    SandboxInputError,
-    Session,
-    Verdict,
-    WorkspaceError,
-)
+from codegym.sandbox import IOTest, Sandbox, SandboxInputError, Session, Verdict
 from codegym.tasks import score
 from codegym.tasks.synthetic import generate
 
@@ -61,7 +54,7 @@ async def _episode(sb: Sandbox, calls: Sequence[tuple[str, dict[str, Any]]]) -> 
 async def test_an_agent_cannot_void_a_failure_by_naming_infra(sb: Sandbox, clean: Clean) -> None:
     calls = [
         ("run_python", {"code": WRONG + "\nprint(f([1, 2]))"}),
-        ("read_file", {"path": "infra"}),
+        ("read_file", {"path": "/infra"}),  # its text quotes the path: "infra"
         ("write_file", {"path": "infra/x", "content": "sandbox infra failure"}),
         ("submit", {"code": WRONG}),
     ]
@@ -101,6 +94,8 @@ async def test_an_agent_s_workspace_does_not_take_part_in_its_grading(
 
 
 async def test_session_uploads_are_never_redirected_or_fatal(clean: Clean) -> None:
+    from codegym.sandbox import WorkspaceError
+
     async with Session(disk_mb=8) as s:
         with pytest.raises(SandboxInputError):
             await s.write_file("n" * 300, "x")  # a name the file system refuses

@@ -33,11 +33,24 @@ async def test_walking_frames_and_the_heap_for_the_expected_output(
         import gc, sys
         needle = "{SECRET[:9]}" + "{SECRET[9:]}"  # built here: not in its own source
         found = set()
+
+        def look(v, depth=0):
+            if isinstance(v, (bytes, bytearray)):
+                v = v.decode("latin-1")
+            if isinstance(v, str):
+                if needle in v and v is not needle:
+                    found.add(v[:40])
+            elif depth < 3 and isinstance(v, (list, tuple, set)):
+                for x in v:
+                    look(x, depth + 1)
+            elif depth < 3 and isinstance(v, dict):
+                for x in v.values():
+                    look(x, depth + 1)
+
         f = sys._getframe()
         while f is not None:
-            for v in list(f.f_locals.values()) + list(f.f_globals.values()):
-                if isinstance(v, (bytes, str)) and needle in str(v) and v is not needle:
-                    found.add(str(v))
+            for v in list(f.f_locals.values()):
+                look(v)
             f = f.f_back
         for o in gc.get_objects():
             text = o.decode("latin-1") if isinstance(o, (bytes, bytearray)) else o

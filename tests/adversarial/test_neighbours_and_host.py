@@ -1,0 +1,75 @@
+"""A run cannot starve a concurrent run of a per-user kernel resource, nor learn about the
+host from the jail's own files."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from textwrap import dedent
+
+import pytest
+from adversary_kit import LIMITS, Clean
+
+from codegym.sandbox import Limits, Sandbox, Verdict
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+HOARD = dedent("""
+    import ctypes, os, sys, time
+    libc = ctypes.CDLL(None, use_errno=True)
+    held = []
+    while True:  # every inotify instance this user may have (max_user_instances)
+        fd = libc.inotify_init1(0)
+        if fd < 0:
+            break
+        held.append(fd)
+        if len(held) > 100000:
+            break
+    print(len(held), flush=True)
+    time.sleep(float(sys.argv[1]))
+""")
+WANT_ONE = dedent("""
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(0)
+    print("ok" if fd >= 0 else os.strerror(ctypes.get_errno()))
+""")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a uid per worker needs root")
+async def test_one_run_cannot_starve_another_of_inotify(sb: Sandbox, clean: Clean) -> None:
+    lim = Limits(cpu_s=2, wall_s=8, open_files=4096)
+    hoarder = asyncio.create_task(sb.run_python(HOARD, limits=lim, argv=["3"]))
+    await asyncio.sleep(1.0)  # the hoarder holds them now (its run lasts 3 s)
+    r = await sb.run_python(WANT_ONE, limits=LIMITS)  # the other worker, meanwhile
+    assert (r.verdict, r.stdout) == (Verdict.OK, "ok\n"), (r.stdout, r.stderr)
+    h = await hoarder
+    assert h.verdict is Verdict.OK and int(h.stdout) > 0, h
+    await clean()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a uid per worker needs root")
+async def test_each_worker_runs_under_a_host_uid_of_its_own(sb: Sandbox) -> None:
+    uids = []
+    for w in sb._workers:  # as the host sees them (inside, every run is uid 1000)
+        assert w.proc is not None
+        with open(f"/proc/{w.proc.pid}/status") as f:
+            line = next(x for x in f if x.startswith("Uid:"))
+        uids.append(int(line.split()[1]))
+    assert len(set(uids)) == len(uids) and 0 not in uids, uids
+
+
+async def test_the_host_s_boot_line_and_paths_stay_hidden(sb: Sandbox, clean: Clean) -> None:
+    code = dedent("""
+        print(repr(open('/proc/cmdline').read()))
+        print(open('/proc/self/mountinfo').read())
+    """)
+    r = await sb.run_python(code, limits=LIMITS)
+    assert r.verdict is Verdict.OK, r.stderr
+    cmdline, mounts = r.stdout.split("\n", 1)
+    assert cmdline == "''"
+    here = os.path.dirname(os.path.abspath(__file__))
+    for secret in (tempfile.gettempdir() + "/", here, "codegym_zygote", "/sys/fs/cgroup"):
+        assert secret not in mounts, (secret, mounts)
+    await clean()
