@@ -25,19 +25,19 @@ WRONG = TASK.prompt + "    return None\n"
 
 
 class ToolCalls:
-    """A chat policy that answers with fixed OpenAI tool calls, one per turn."""
+    """A chat policy that answers with fixed OpenAI tool calls, one per turn (by the turn's
+    number in the conversation, so a retried episode replays the same calls)."""
 
     name = "toolcalls"
 
     def __init__(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> None:
         self.calls = list(calls)
-        self.n = 0
 
     async def generate(self, prompt: Any, params: SamplingParams) -> list[Generation]:
-        name, args = self.calls[self.n]
-        self.n += 1
+        turn = sum(m["role"] == "assistant" for m in prompt)
+        name, args = self.calls[turn]
         call = {
-            "id": f"c{self.n}",
+            "id": f"c{turn}",
             "type": "function",
             "function": {"name": name, "arguments": json.dumps(args)},
         }
