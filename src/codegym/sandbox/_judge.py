@@ -205,7 +205,7 @@ class _Globals(dict):
         self._link = link
 
     def __missing__(self, name: str) -> object:
-        if hasattr(builtins, name):
+        if hasattr(builtins, name) or name.startswith("__"):
             raise KeyError(name)  # the lookup goes on to this interpreter's builtins
         reply = self._link.ask(["get", name])
         kind = reply[0]
