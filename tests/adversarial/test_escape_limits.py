@@ -16,7 +16,6 @@ from codegym.sandbox import AssertTest, IOTest, Limits, Sandbox, Verdict
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-CPU = Limits(cpu_s=1, wall_s=6, memory_mb=256)
 BURN = dedent("""
     import os, time, threading
     def burn(s):  # s seconds of this thread's own CPU time
@@ -25,23 +24,33 @@ BURN = dedent("""
             pass
 """)
 HELPERS = {
-    # each helper stays under the per-process CPU rlimit; together they are well over
+    # each helper stays under the per-process CPU rlimit; together they are well over.
+    # The run waits until they have burnt their CPU (a pipe, not a clock: a busy host
+    # slows them down), then ends without reaping them.
     "zombie children never reaped": BURN
     + dedent("""
+        r, w = os.pipe()
         for _ in range(3):
             if os.fork() == 0:
                 burn(0.6)
+                os.write(w, b"x")
                 os._exit(0)
-        time.sleep(2.5)
+        os.close(w)
+        while os.read(r, 3):
+            pass
     """),
     "double-forked orphans": BURN
     + dedent("""
+        r, w = os.pipe()
         for _ in range(3):
             if os.fork() == 0:
                 if os.fork() == 0:
                     burn(0.6)
+                    os.write(w, b"x")
                 os._exit(0)
-        time.sleep(2.5)
+        os.close(w)
+        while os.read(r, 3):
+            pass
     """),
     "threads": BURN
     + dedent("""
@@ -50,11 +59,12 @@ HELPERS = {
         [t.join() for t in ts]
     """),
     "a shell pipeline": dedent("""
-        import subprocess
-        subprocess.run("for i in 1 2 3; do (timeout 0.7 sh -c 'while :; do :; done' &); done;"
-                       " sleep 2.5", shell=True)
+        import subprocess, sys
+        spin = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.6: pass"
+        subprocess.run(f"for i in 1 2 3; do {sys.executable} -c '{spin}' & done; wait", shell=True)
     """),
 }
+CPU = Limits(cpu_s=1, wall_s=20, memory_mb=256)
 
 
 @pytest.mark.parametrize("name", list(HELPERS))

@@ -25,6 +25,9 @@ def _ctx(text: str, passed: bool | None, turns: int = 1) -> RewardContext:
         ("```python\n```", 0.0),
         ("```python\n   \n```", 0.0),
         ("```python\nprint(1)\n", 0.0),  # never closed
+        ("```text\nI give up\n```", 0.0),
+        ("```bash\nexit\n```", 0.0),
+        ("```\n.\n```", 0.0),
         ("```python\nprint(1)\n```", 1.0),
     ],
 )

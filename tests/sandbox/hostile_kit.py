@@ -137,11 +137,11 @@ def _stray_processes() -> set[tuple[int, bytes]]:
     """Live host processes of the sandbox uid that no worker accounts for.
 
     A worker is three sandbox-uid processes under this test process (bwrap, bwrap's pid 1,
-    the zygote), and between runs the zygote has two children with none of their own: its
-    forker, in the zygote's pid namespace, and the next run's process, forked ahead in a
-    pid namespace of its own and waiting for its request. Anything else that deep is a
-    leftover, and so is a sandbox-uid process orphaned to one of our ancestors (init or a
-    subreaper).
+    the zygote), and between runs the zygote has up to three children with none of their
+    own: its forker and its judge (once an assert test ran), in the zygote's pid
+    namespace, and the next run's process, forked ahead in a pid namespace of its own and
+    waiting for its request. Anything else that deep is a leftover, and so is a sandbox-uid
+    process orphaned to one of our ancestors (init or a subreaper).
     Sandbox-uid processes under another process belong to someone else (a concurrent test
     run) and are ignored. So are zombies: they run nothing, and this host's init may never
     reap them.
@@ -167,8 +167,9 @@ def _stray_processes() -> set[tuple[int, bytes]]:
             prepared.setdefault((p.ppid, forker), []).append(pid)
         elif (node.ppid == me and depth > 2) or (node.ppid != me and node.ppid in ancestors):
             stray.add((pid, p.cmdline))
-    for children in prepared.values():
-        stray.update((pid, procs[pid].cmdline) for pid in children[1:])
+    for (_, same_ns), children in prepared.items():
+        keep = 2 if same_ns else 1  # forker and judge; the next run's process
+        stray.update((pid, procs[pid].cmdline) for pid in children[keep:])
     return stray
 
 

@@ -12,6 +12,7 @@ the model's fault.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,17 +48,29 @@ def tests_passed(ctx: RewardContext) -> float:
     return 1.0 if ctx.score is not None and ctx.score.passed else 0.0
 
 
-_BLOCK = re.compile(r"```[^\n`]*\n(.*?)```", re.S)
+_BLOCK = re.compile(r"```([^\n`]*)\n(.*?)```", re.S)
+_PYTHON = frozenset({"", "python", "py", "python3", "py3"})
 
 
 def has_code_block(ctx: RewardContext) -> float:
-    """1.0 when the last assistant message holds a closed, fenced code block with code in
-    it (a format reward: a bare or empty fence earns nothing)."""
+    """1.0 when the last assistant message holds a closed, fenced Python block whose
+    contents parse as Python (a format reward: a bare or empty fence, prose in a ``text``
+    block or a ``bash`` one earn nothing)."""
     for m in reversed(ctx.messages):
         if m.get("role") == "assistant":
             text = str(m.get("content") or "")
-            return 1.0 if any(b.strip() for b in _BLOCK.findall(text)) else 0.0
+            return 1.0 if any(_is_python(lang, b) for lang, b in _BLOCK.findall(text)) else 0.0
     return 0.0
+
+
+def _is_python(lang: str, body: str) -> bool:
+    if lang.strip().lower() not in _PYTHON or not body.strip():
+        return False
+    try:
+        ast.parse(body)
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def fewer_turns(ctx: RewardContext) -> float:

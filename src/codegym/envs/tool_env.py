@@ -127,9 +127,7 @@ class ToolEnv(Env):
 
     async def _sess(self) -> Session:
         if self._session is None:
-            self._session = await self._stack.enter_async_context(
-                self.resources.open_session()
-            )
+            self._session = await self._stack.enter_async_context(self.resources.open_session())
         return self._session
 
     async def step(self, turn: Turn) -> StepResult:

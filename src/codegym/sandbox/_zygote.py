@@ -68,7 +68,8 @@ PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 PR_SET_PDEATHSIG = 1
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND = 2, 4, 8, 4096
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND = 1, 2, 4, 8, 4096
+MS_REC, MS_PRIVATE = 16384, 1 << 18
 
 _libc = ctypes.PyDLL(None, use_errno=True)  # PyDLL: no GIL hand-off per call
 # E's pipe ends, in the order the zygote sends them to the forker
@@ -196,7 +197,8 @@ class Zygote:
         self.forker: socket.socket | None = None  # the line to T, see start_forker
         self.ready: _Ready | None = None  # the next E, forked ahead of its request
         self.last_disk_mb: int | None = None
-        self.compiled: dict[str, Any] = {}  # test code, compiled once per distinct source
+        self.judge_ctl: socket.socket | None = None  # the worker's judge (_start_judge)
+        self.judge_pid = -1
         for name in config.get("preload", []):
             try:
                 __import__(name)
@@ -259,7 +261,11 @@ class Zygote:
         try:
             channel = self.harness.Channel(secret)  # empties ``secret``
             if self.namespaces:
-                size = f"size={disk_mb}m,mode=1777".encode()
+                # the run's mounts stay in its namespace (under gVisor they propagated to
+                # the zygote's, five more with every run)
+                _private_mounts()
+                # inodes bounded too: tearing down millions of empty files took seconds
+                size = f"size={disk_mb}m,nr_inodes={disk_mb * 1024},mode=1777".encode()
                 fresh = [b"/tmp", b"/dev/shm"]
                 if not self.session:
                     fresh.append(self.workdir.encode())
@@ -485,8 +491,18 @@ class Zygote:
             by_index = {r.get("i"): r for r in header["tests"]}
             for i, t in enumerate(tests):
                 if i in by_index and isinstance(by_index[i], dict):
-                    by_index[i].update(self.stdio.report_for(by_index[i], t, blobs[t["expected"]]))
+                    by_index[i].update(self._compared(by_index[i], t, blobs[t["expected"]]))
         return header, [bytes(cap.out), bytes(cap.err)]
+
+    def _compared(self, result: dict, test: dict, expected: bytes) -> dict:
+        """A case's output compared with its expected output; whatever the output is, a
+        failure to compare is the output's (the program's) error, never the zygote's."""
+        try:
+            return self.stdio.report_for(result, test, expected)
+        except Exception as e:
+            result.pop("out", None)
+            why = f"the output could not be compared: {type(e).__name__}"
+            return {**result, "passed": False, "verdict": "error", "detail": why}
 
     def _drive(
         self, raw: bytes, lim: dict, wall_s: float, cap: _Capture, judge: dict | None = None
@@ -502,9 +518,10 @@ class Zygote:
             e = self.prepare(int(lim["disk_mb"]))
         self.ready = None
         obs = _Observed(e)
-        jpid = j_r = -1
+        j_r = -1
+        jbuf = bytearray()
         if judge is not None:
-            jpid, j_r = self._fork_judge(judge, e.call_j, lim)
+            j_r = self._hand_to_judge(judge, e.call_j)
             e.call_j = -1
             obs.cpu0 = self.meter.read() if self.meter else None
         self._enter_slot(e.pid)
@@ -518,7 +535,7 @@ class Zygote:
         pid, watch = e.pid, e.watch
         out_r, err_r, res_r = e.out_r, e.err_r, e.res_r
         pidfd = watch.fd
-        bufs = {out_r: cap.out, err_r: cap.err, res_r: bytearray(), j_r: bytearray()}
+        bufs = {out_r: cap.out, err_r: cap.err, res_r: bytearray()}
         deadline = start + wall_s
         poller = select.poll()
         for fd in (out_r, err_r, res_r, pidfd, j_r):
@@ -533,7 +550,9 @@ class Zygote:
                 obs.timed_out = True
                 self._kill(pid)
                 if judging:
-                    _kill_pid(jpid)
+                    judging = False
+                    poller.unregister(j_r)
+                    self._stop_judge()  # it is stuck in the test's code: a fresh one next
                 deadline = float("inf")
                 continue
             events = poller.poll(None if left == float("inf") else max(0, left) * 1000)
@@ -544,33 +563,39 @@ class Zygote:
                         poller.unregister(pidfd)
                     continue
                 chunk = os.read(fd, 65536)
-                if not chunk:
-                    poller.unregister(fd)
-                    open_fds.discard(fd)
-                    if fd == j_r:
+                if fd == j_r:
+                    jbuf += chunk
+                    done = _frame(jbuf)
+                    if done is not None or not chunk:  # a result, or the judge died
                         judging = False
-                        if not exited:
+                        poller.unregister(j_r)
+                        obs.judged = _as_result(done)
+                        if done is None:
+                            self._stop_judge()
+                        if not exited and _running(pid):
                             obs.killed_by_us = True
                             self._kill(pid)  # the test is over: so is the program
                     continue
-                if fd in (res_r, j_r):
+                if not chunk:
+                    poller.unregister(fd)
+                    open_fds.discard(fd)
+                    continue
+                if fd == res_r:
                     bufs[fd] += chunk[: (1 << 22) - len(bufs[fd])]
                     continue
                 if cap.take(fd == out_r, chunk) and not obs.overflow:
                     obs.overflow = True
                     self._kill(pid)
                     if judging:
-                        _kill_pid(jpid)
+                        judging = False
+                        poller.unregister(j_r)
+                        self._stop_judge()
             if exited and not self.namespaces and not judging:
                 break  # daemons may hold the pipes open; the tree is killed below
         obs.wall = time.monotonic() - start
         _, obs.status, obs.ru = os.wait4(pid, 0)
         if not self.namespaces:
             _killpg(pid)  # whatever the program left in its process group
-        if jpid > 0:
-            os.waitpid(jpid, 0)
-            os.close(j_r)
-            obs.judged = _last_json(bytes(bufs[j_r]))
         if self.meter is not None and obs.cpu0 is not None:
             obs.cpu1 = self.meter.read()
         obs.marks = _read_all(e.ready_r)
@@ -598,18 +623,21 @@ class Zygote:
         results: list[dict] = []
         cpu = wall = 0.0
         maxrss = 0
+        # the whole batch keeps to the wall time the host gives it (a run's teardown, which
+        # a program can slow down, counts too): tests past it are timeouts, not infra
+        batch_end = time.monotonic() + float(req["wall_s"])
         for i, t in enumerate(tests):
-            try:
-                judge = {
-                    "setup": self._compile(t.get("setup") or "", "<setup>"),
-                    "code": self._compile(t["code"], "<test>"),
-                    "names": list(t.get("program") or []),
-                }
-            except SyntaxError as e:
-                results.append({"i": i, "passed": False, "verdict": "error",
-                                "detail": f"bad test: {e}"})  # fmt: skip
+            judge = {
+                "setup": t.get("setup") or "",
+                "code": t["code"],
+                "names": list(t.get("program") or []),
+            }
+            left = min(float(lim["wall_s"]), batch_end - time.monotonic())
+            if left <= 0:
+                why = "the batch's wall-clock limit ran out before this test"
+                results.append({"i": i, "passed": False, "verdict": "timeout", "detail": why})
                 continue
-            obs = self._drive(raw, lim, lim["wall_s"], cap, judge)
+            obs = self._drive(raw, lim, left, cap, judge)
             head = obs.header()
             # (a judge that needs no call can finish before the run is even set up)
             if head["setup_error"] or not (head["ready"] or obs.killed_by_us):
@@ -635,56 +663,84 @@ class Zygote:
         }
         return header, [bytes(cap.out), bytes(cap.err)]
 
-    def _compile(self, source: str, name: str) -> Any:
-        if not source:
-            return None
-        key = name + "\0" + source
-        code = self.compiled.pop(key, None)
-        if code is None:
-            code = compile(source, name, "exec")
-            while len(self.compiled) >= 512:
-                del self.compiled[next(iter(self.compiled))]
-        self.compiled[key] = code  # most recently used last
-        return code
+    def _hand_to_judge(self, judge: dict, call: int) -> int:
+        """Give the worker's judge one test and its end of the call socket to the run;
+        returns the fd its result comes back on."""
+        if self.judge_ctl is None:
+            self._start_judge()
+        assert self.judge_ctl is not None
+        try:
+            socket.send_fds(self.judge_ctl, [b"T"], [call])
+            self.judge_ctl.sendall(frame_bytes(judge))
+        except OSError:  # it died since the last test: start another and hand it over
+            self._stop_judge()
+            self._start_judge()
+            assert self.judge_ctl is not None
+            socket.send_fds(self.judge_ctl, [b"T"], [call])
+            self.judge_ctl.sendall(frame_bytes(judge))
+        finally:
+            os.close(call)
+        return self.judge_ctl.fileno()
 
-    def _fork_judge(self, judge: dict, sock: int, lim: dict) -> tuple[int, int]:
-        """Fork the judge of one assert test; its result comes back on the returned fd."""
-        res_r, res_w = os.pipe()
+    def _start_judge(self) -> None:
+        """Fork the worker's judge: one process that runs every assert test's code, one
+        test at a time, where no run can reach it (see ``_judge``).
+
+        It is set up once (privileges dropped, seccomp loaded, an address-space bound) and
+        kept: forking a judge per test cost as much CPU as the test. A judge stuck in a
+        test's code, or dead, is replaced at the next test.
+        """
+        z_end, j_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = self.harness.fork()
         if pid == 0:
             try:
-                self._judge_child(judge, sock, res_w, lim)
-            except BaseException as exc:  # ours: the judge could not be set up
-                why = {"passed": False, "verdict": "infra", "detail": f"judge: {exc!r}"[:500]}
-                _write_all(3, json.dumps(why).encode())
+                z_end.close()
+                self._judge_main(j_end.detach())
             finally:
-                os._exit(125)
-        os.close(res_w)
-        os.close(sock)
-        return pid, res_r
+                os._exit(0)
+        j_end.close()
+        self.judge_ctl, self.judge_pid = z_end, pid
 
-    def _judge_child(self, judge: dict, sock: int, res_w: int, lim: dict) -> None:
-        """The judge: no program code ever runs here, and the program cannot see it."""
+    def _stop_judge(self) -> None:
+        if self.judge_ctl is None:
+            return
+        _kill_pid(self.judge_pid)
+        os.waitpid(self.judge_pid, 0)
+        self.judge_ctl.close()
+        self.judge_ctl, self.judge_pid = None, -1
+
+    def _judge_main(self, ctl: int) -> None:
+        """The judge's process: no program code ever runs here."""
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        res_w, sock = (fcntl.fcntl(fd, fcntl.F_DUPFD, 16) for fd in (res_w, sock))
-        os.dup2(res_w, 3)
-        os.dup2(sock, 4)
+        ctl = fcntl.fcntl(ctl, fcntl.F_DUPFD, 16)
+        os.dup2(ctl, 3)
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
-        os.closerange(5, 65536)
-        os.chdir("/")
+        os.closerange(4, 65536)
+        hidden = False
+        if self.namespaces:
+            # a mount namespace of its own where the work dir is an empty, read-only
+            # folder: a session's workspace (which its programs write) is out of sight.
+            # Only where mounts can be made private: under gVisor this one propagated to
+            # the work dir of a run forked earlier. (Nothing the judge does reads files
+            # there anyway: it imports no module a program names, and its sys.path is
+            # the system's.)
+            _check(_libc.unshare(CLONE_NEWNS), "unshare")
+            if _private_mounts():
+                flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+                _mount(b"tmpfs", self.workdir.encode(), b"tmpfs", flags, b"size=4k,mode=0555")
+                hidden = True
+        os.chdir(self.workdir if hidden else "/")
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a gone program is an EPIPE
-        # the judge's own bounds: what the program returns must not exhaust the worker
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # what the programs return must not exhaust the worker (tests' memory is small)
         size_mb = _address_space_mb()
         if size_mb is not None:
-            memory = (size_mb + max(256, 2 * int(lim["memory_mb"]))) << 20
+            memory = (size_mb + 2048) << 20
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        cpu = int(lim["wall_s"]) + 2
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         self.drop_privileges()
-        result = self.judge.run(judge["setup"], judge["code"], judge["names"], 4)
-        _write_all(3, json.dumps(result).encode())
+        self.judge.serve_tests(3)
 
     def _kill(self, pid: int) -> None:
         try:
@@ -827,9 +883,24 @@ def _kill_pid(pid: int) -> None:
         pass
 
 
-def _last_json(raw: bytes) -> dict | None:
+def _running(pid: int) -> bool:
+    """Whether child ``pid`` has not exited yet (it is not reaped here)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+
+
+def _frame(buf: bytearray) -> bytes | None:
+    """The payload of the one length-prefixed frame in ``buf`` once it is complete."""
+    if len(buf) < 4:
+        return None
+    (n,) = _HDR.unpack_from(buf)
+    return bytes(buf[4 : 4 + n]) if len(buf) >= 4 + n else None
+
+
+def _as_result(payload: bytes | None) -> dict | None:
+    if payload is None:
+        return None
     try:
-        value = json.loads(raw)
+        value = json.loads(payload)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
@@ -883,6 +954,12 @@ def _killpg(pid: int) -> None:
 
 def _mount(src: bytes, dst: bytes, fstype: bytes, flags: int, data: bytes | None) -> None:
     _check(_libc.mount(src, dst, fstype, flags, data), f"mount {dst.decode()}")
+
+
+def _private_mounts() -> bool:
+    """Make every mount of this namespace private (no propagation either way); False
+    where the kernel refuses (this gVisor build: EINVAL), and mounts may propagate."""
+    return any(_libc.mount(b"none", b"/", None, f, None) == 0 for f in (MS_REC | MS_PRIVATE,))
 
 
 def _read_all(fd: int) -> bytes:

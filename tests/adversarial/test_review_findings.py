@@ -1,0 +1,113 @@
+"""What the adversarial review of the judge found, each kept as a standing test."""
+
+from __future__ import annotations
+
+from textwrap import dedent
+
+import pytest
+from adversary_kit import LIMITS, Clean
+
+from codegym.sandbox import AssertTest, IOTest, Limits, Sandbox, Session, Verdict
+from codegym.tasks import IOCase, Task, load_humaneval, score
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+HE = {t.id: t for t in load_humaneval().tasks}
+
+
+async def test_a_module_the_program_names_is_never_imported_by_the_judge(clean: Clean) -> None:
+    # unittest.__main__ runs test discovery on import, from the judge's working dir; in
+    # a session the program could plant a package there whose code forged a pass
+    task = HE["HumanEval/0"]
+    plant = dedent("""
+        import os, types, json, struct
+        open("/work/__init__.py", "w").write(
+            "import os, json, struct\\n"
+            "d = json.dumps({'passed': True, 'verdict': 'ok', 'detail': ''}).encode()\\n"
+            "for fd in range(3, 16):\\n"
+            "    try: os.write(fd, struct.pack('>I', len(d)) + d)\\n"
+            "    except OSError: pass\\n"
+            "os._exit(0)\\n")
+        ENTRY = types.ModuleType("unittest.__main__")
+    """).replace("ENTRY", task.entry_point)
+    async with Session() as s:
+        result = await score(s, task, "    pass\n" + plant)
+        assert (result.passed, result.outcome) == (False, "error"), result
+        assert s.infra_count == 0
+
+
+async def test_would_be_tags_without_a_newline_cost_the_zygote_nothing(
+    sb: Sandbox, clean: Clean
+) -> None:
+    junk = "import os\nos.write(3, (b'0' * 32 + b' ') * ((1 << 20) // 33))\n"
+    r = await sb.run_python(junk, limits=LIMITS)
+    assert r.verdict is Verdict.OK, r.reason
+    s = await score(sb, HE["HumanEval/0"], "    return False\n\n" + junk)
+    assert (s.passed, s.outcome) == (False, "fail"), s
+    await clean()
+
+
+async def test_an_integer_too_long_for_int_is_compared_not_crashed_on(
+    sb: Sandbox, clean: Clean
+) -> None:
+    big = "9" * 5000
+    task = Task(id="big", prompt="print it", io_cases=(IOCase("", big + "8"),), compare="float")
+    s = await score(sb, task, f"print('{big}9')")
+    assert (s.passed, s.outcome) == (False, "fail"), s
+    s = await score(sb, task, f"print('{big}8')")
+    assert (s.passed, s.outcome) == (True, "pass"), s
+    await clean()
+
+
+async def test_a_failure_message_holding_a_huge_program_value(sb: Sandbox, clean: Clean) -> None:
+    code = "def f(x):\n    return 10 ** 5000\n"
+    tests = [
+        AssertTest("got = f(1)\nassert got == 2, (1, got)"),
+        AssertTest("raise KeyError(f(1))"),
+        AssertTest("assert f(1) == 10 ** 5000"),
+    ]
+    r = await sb.run_tests(code, tests, limits=LIMITS)
+    assert [(t.passed, t.verdict) for t in r.tests] == [
+        (False, Verdict.OK),
+        (False, Verdict.ERROR),
+        (True, Verdict.OK),
+    ], r.tests
+    await clean()
+
+
+async def test_a_batch_slowed_at_every_teardown_ends_in_time_without_infra(
+    sb: Sandbox, clean: Clean
+) -> None:
+    code = dedent("""
+        import os, time
+        os.makedirs("/tmp/d", exist_ok=True)
+        n, t = 0, time.process_time()
+        try:
+            while time.process_time() - t < 1.0:
+                for i in range(1000):
+                    os.close(os.open(f"/tmp/d/f{n}", os.O_CREAT | os.O_WRONLY)); n += 1
+        except OSError:
+            pass
+        time.sleep(100)
+        def f(x):
+            return x
+    """)
+    tests = [AssertTest(f"assert f({i}) == {i}") for i in range(6)]
+    r = await sb.run_tests(code, tests, limits=Limits(cpu_s=2, wall_s=1.5))
+    assert r.verdict is not Verdict.INFRA, r.reason
+    assert all(t.verdict is Verdict.TIMEOUT for t in r.tests), r.tests
+    await clean()
+
+
+async def test_stdio_cases_do_not_share_scratch_files(sb: Sandbox, clean: Clean) -> None:
+    code = dedent("""
+        import os
+        seen = sorted(os.listdir('/tmp') + os.listdir('/dev/shm') + os.listdir('.'))
+        open('/tmp/count', 'a').write('x')
+        open('/dev/shm/count', 'a').write('x')
+        open('left', 'w').write('x')
+        print(seen)
+    """)
+    r = await sb.run_tests(code, [IOTest("", "['main.py']")] * 3, limits=LIMITS)
+    assert [t.passed for t in r.tests] == [True] * 3, r.tests
+    await clean()
