@@ -47,6 +47,7 @@ class _Link:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        self.reader = _plain.Reader(fd)
         self.fault = ""  # the first protocol fault, which fails the test
         self.gone = False  # the program's end closed: it exited or died
         self.calls = 0
@@ -57,7 +58,7 @@ class _Link:
         self.calls += 1
         try:
             _plain.send(self.fd, _plain.dumps(message))
-            raw = _plain.recv(self.fd, MAX_REPLY)
+            raw = self.reader.recv(MAX_REPLY)
         except OSError:
             raw = None
         except _plain.NotPlain as e:

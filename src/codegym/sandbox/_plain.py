@@ -172,13 +172,45 @@ def send(fd: int, payload: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def recv(fd: int, cap: int) -> bytes | None:
-    """Read one frame; None on a clean end of stream before a frame starts.
+class Reader:
+    """Frames from one fd, read in large chunks (a header and its body usually arrive in
+    one read: half the system calls of reading them apart)."""
 
-    Raises:
-        NotPlain: a frame longer than ``cap`` or cut short (the sender broke protocol).
-        OSError: the read failed.
-    """
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = bytearray()
+
+    def recv(self, cap: int) -> bytes | None:
+        """One frame; None on a clean end of stream before a frame starts.
+
+        Raises:
+            NotPlain: a frame longer than ``cap`` or cut short (the sender broke protocol).
+            OSError: the read failed.
+        """
+        if not self._fill(4):
+            if self.buf:
+                raise NotPlain("the stream ended inside a frame header")
+            return None
+        (n,) = _HDR.unpack_from(self.buf)
+        if n > cap:
+            raise NotPlain(f"a message of {n} bytes (the limit is {cap})")
+        if not self._fill(4 + n):
+            raise NotPlain("the stream ended inside a frame")
+        body = bytes(self.buf[4 : 4 + n])
+        del self.buf[: 4 + n]
+        return body
+
+    def _fill(self, want: int) -> bool:
+        while len(self.buf) < want:
+            chunk = os.read(self.fd, max(65536, want - len(self.buf)))
+            if not chunk:
+                return False
+            self.buf += chunk
+        return True
+
+
+def recv(fd: int, cap: int) -> bytes | None:
+    """One frame from ``fd`` read unbuffered (see ``Reader``)."""
     head = _read_exactly(fd, 4)
     if not head:
         return None

@@ -33,9 +33,10 @@ _MUTABLE = (list, dict, set, bytearray)
 def serve(g: dict, fd: int) -> None:
     """Answer requests on ``fd`` until the judge closes it."""
     objects: dict[int, object] = {}
+    reader = _plain.Reader(fd)
     while True:
         try:
-            raw = _plain.recv(fd, MAX_REQUEST)
+            raw = reader.recv(MAX_REQUEST)
         except (OSError, _plain.NotPlain):
             return
         if raw is None:

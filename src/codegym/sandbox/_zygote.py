@@ -264,8 +264,10 @@ class Zygote:
                 # the run's mounts stay in its namespace (under gVisor they propagated to
                 # the zygote's, five more with every run)
                 _private_mounts()
-                # inodes bounded too: tearing down millions of empty files took seconds
-                size = f"size={disk_mb}m,nr_inodes={disk_mb * 1024},mode=1777".encode()
+                # inodes bounded too where the kernel takes it (not gVisor's tmpfs):
+                # tearing down millions of empty files took seconds
+                inodes = f",nr_inodes={disk_mb * 1024}" if self.cfg.get("tmpfs_inodes") else ""
+                size = f"size={disk_mb}m{inodes},mode=1777".encode()
                 fresh = [b"/tmp", b"/dev/shm"]
                 if not self.session:
                     fresh.append(self.workdir.encode())

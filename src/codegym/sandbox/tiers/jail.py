@@ -134,6 +134,7 @@ class JailTier(Tier):
             "preload": list(DEFAULT_PRELOAD),
             "cgroup_procs": inner_procs,
             "counters": counters,
+            "tmpfs_inodes": True,  # bound each run's tmpfs inodes too (see _zygote)
             "env": {**BASE_ENV, "HOME": WORKDIR},
             "forker": True,  # runs forked from a clean image (_zygote.Zygote.start_forker)
         }
