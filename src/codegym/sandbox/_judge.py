@@ -237,12 +237,17 @@ def run(setup, code, program_names: list, fd: int) -> dict:  # type: ignore[no-u
     """
     link = _Link(fd)
     g = _Globals(link)
+    # the builtins the test's code names, put in its globals: a lookup in a dict subclass
+    # that misses costs a call of __missing__ and a raised KeyError before the builtins
+    for code_obj in (setup, code):
+        if code_obj is not None:
+            g.update(_builtins_named(code_obj))
     stage = "set-up"
     try:
         if setup is not None:
             exec(setup, g)
-        for name in program_names:
-            g.pop(name, None)
+        for name in program_names:  # the program's, called without asking first
+            g[name] = _Proxy(link, ["g", name], name)
         stage = "test"
         exec(code, g)
         result = {"passed": True, "verdict": "ok", "detail": ""}
@@ -265,6 +270,26 @@ def run(setup, code, program_names: list, fd: int) -> dict:  # type: ignore[no-u
     return result
 
 
+_NAMED: dict[object, dict] = {}
+
+
+def _builtins_named(code_obj) -> dict:  # type: ignore[no-untyped-def]
+    """The builtins ``code_obj`` (and the functions in it) names, by name; cached."""
+    found = _NAMED.get(code_obj)
+    if found is None:
+        names: set[str] = set()
+        stack = [code_obj]
+        while stack:
+            c = stack.pop()
+            names.update(c.co_names)
+            stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+        table = vars(builtins)
+        found = _NAMED[code_obj] = {n: table[n] for n in names if n in table}
+        if len(_NAMED) > 1024:
+            _NAMED.clear()
+    return found
+
+
 def _describe(e: BaseException) -> str:
     """``Type: message`` of a failure, even when the message holds a program value whose
     text cannot be made (a repr that raises, a string past any limit)."""
@@ -278,14 +303,15 @@ def serve_tests(ctl: int) -> None:
     """The judge's loop: one test at a time from the zygote, until it goes away.
 
     Each request is a one-byte message carrying the call socket to the test's run, then a
-    frame with the test (``setup``, ``code``, ``names``); the answer is a frame with the
+    frame with the test (``setup`` and ``code``, each as source the first time and by the
+    number the zygote gave it after that, and ``names``); the answer is a frame with the
     result. Every test starts from the same state: fresh globals, this interpreter's
     builtins as they were when the judge started, ``random`` reseeded (as after a fork).
     """
     sock = socket.socket(fileno=ctl)
     sys.set_int_max_str_digits(0)  # a test's message may show a program's huge int
     pristine = dict(vars(builtins))
-    compiled: dict[str, object] = {}
+    compiled: dict[int, object] = {}  # by the number the zygote gave each source
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1, 1)
@@ -297,10 +323,10 @@ def serve_tests(ctl: int) -> None:
         call = fds[0]
         try:
             test = json.loads(raw)
-            random.seed()
+            random.seed(os.urandom(16))  # as after a fork (16 bytes: seed() reads 2.5 KB)
             try:
-                setup = _compiled(compiled, test.get("setup") or "", "<setup>")
-                code = _compiled(compiled, test["code"], "<test>")
+                setup = _compiled(compiled, test, "setup")
+                code = _compiled(compiled, test, "code")
             except (SyntaxError, ValueError) as e:
                 result = {"passed": False, "verdict": "error", "detail": f"bad test: {e}"}
             else:
@@ -315,14 +341,10 @@ def serve_tests(ctl: int) -> None:
         _plain.send(ctl, json.dumps(result).encode())
 
 
-def _compiled(cache: dict, source: str, name: str):  # type: ignore[no-untyped-def]
-    if not source:
-        return None
-    key = name + "\0" + source
-    code = cache.pop(key, None)
-    if code is None:
-        code = compile(source, name, "exec")
-        while len(cache) >= 512:
-            del cache[next(iter(cache))]
-    cache[key] = code  # most recently used last
-    return code
+def _compiled(cache: dict, test: dict, part: str):  # type: ignore[no-untyped-def]
+    """A test's ``setup`` or ``code``: sent as source the first time, then by number."""
+    number = test[part + "_id"]
+    if part in test:
+        source = test[part]
+        cache[number] = compile(source, f"<{part}>", "exec") if source else None
+    return cache[number]

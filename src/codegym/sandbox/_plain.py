@@ -91,9 +91,12 @@ def _type_name(value: object) -> str:
     return t.__qualname__ if mod == "builtins" else f"{mod}.{t.__qualname__}"
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # built once: json.dumps builds one a call
+
+
 def dumps(message: object) -> bytes:
     """A message (lists and strings around ``tree`` values) as wire bytes."""
-    return json.dumps(message, separators=(",", ":")).encode()
+    return _ENCODER.encode(message).encode()
 
 
 # ---------------------------------------------------------------- decoding
@@ -128,6 +131,9 @@ def _hook(obj: dict) -> object:
     raise NotPlain(f"bad wire value {tag!r}")
 
 
+_DECODER = json.JSONDecoder(object_hook=_hook)
+
+
 def _pair(p: object) -> list:
     if type(p) is not list or len(p) != 2:
         raise NotPlain("a dict item is not a [key, value] pair")
@@ -143,7 +149,12 @@ def loads(raw: bytes, refs: dict | None = None) -> object:
     Raises:
         NotPlain: not UTF-8 JSON, a malformed wire value, or nesting too deep.
     """
-    hook = _hook
+    return (_LOADS if refs is None else decoder(refs))(raw)
+
+
+def decoder(refs: dict | None = None):  # type: ignore[no-untyped-def]
+    """``loads`` with its JSON decoder built once (for a loop of many messages)."""
+    parser = _DECODER
     if refs is not None:
 
         def hook(obj: dict) -> object:
@@ -154,13 +165,20 @@ def loads(raw: bytes, refs: dict | None = None) -> object:
                     raise NotPlain(f"no object with handle {obj['h']!r}") from None
             return _hook(obj)
 
-    try:
-        return json.loads(raw.decode("utf-8"), object_hook=hook)
-    except NotPlain:
-        raise
-    except (ValueError, RecursionError, TypeError, MemoryError) as e:
-        raise NotPlain(f"not a wire message: {type(e).__name__}: {str(e)[:200]}") from None
+        parser = json.JSONDecoder(object_hook=hook)
 
+    def decode(raw: bytes) -> object:
+        try:
+            return parser.decode(raw.decode("utf-8"))
+        except NotPlain:
+            raise
+        except (ValueError, RecursionError, TypeError, MemoryError) as e:
+            raise NotPlain(f"not a wire message: {type(e).__name__}: {str(e)[:200]}") from None
+
+    return decode
+
+
+_LOADS = decoder()
 
 # ---------------------------------------------------------------- framing
 
@@ -202,7 +220,7 @@ class Reader:
 
     def _fill(self, want: int) -> bool:
         while len(self.buf) < want:
-            chunk = os.read(self.fd, max(65536, want - len(self.buf)))
+            chunk = os.read(self.fd, max(16384, want - len(self.buf)))
             if not chunk:
                 return False
             self.buf += chunk

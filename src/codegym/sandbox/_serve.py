@@ -34,6 +34,7 @@ def serve(g: dict, fd: int) -> None:
     """Answer requests on ``fd`` until the judge closes it."""
     objects: dict[int, object] = {}
     reader = _plain.Reader(fd)
+    decode = _plain.decoder(objects)
     while True:
         try:
             raw = reader.recv(MAX_REQUEST)
@@ -42,7 +43,7 @@ def serve(g: dict, fd: int) -> None:
         if raw is None:
             return
         try:
-            msg = _plain.loads(raw, refs=objects)
+            msg = decode(raw)
             reply = _answer(g, objects, msg)
             data = _plain.dumps(reply)
         except _plain.NotPlain as e:
@@ -101,6 +102,8 @@ def _call(g: dict, objects: dict, target: list, args: list, kwargs: dict | None)
         fn = _MISSING if obj is _MISSING else getattr(obj, target[2], _MISSING)
     if fn is _MISSING:
         return ["bad", f"{target[-1]!r} is not defined"]
+    if not callable(fn):
+        return ["raise", ["TypeError", "Exception"], f"{target[-1]!r} is not callable"]
     kwargs = kwargs or {}
     # bytes, not trees: a list of scalars is its own tree, so a tree would change with it
     before = {k: _plain.dumps(_plain.tree(v)) for k, v in _mutable(args, kwargs)}

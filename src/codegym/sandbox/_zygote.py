@@ -199,6 +199,7 @@ class Zygote:
         self.last_disk_mb: int | None = None
         self.judge_ctl: socket.socket | None = None  # the worker's judge (_start_judge)
         self.judge_pid = -1
+        self.judge_sources: dict[str, int] = {}
         for name in config.get("preload", []):
             try:
                 __import__(name)
@@ -261,9 +262,6 @@ class Zygote:
         try:
             channel = self.harness.Channel(secret)  # empties ``secret``
             if self.namespaces:
-                # the run's mounts stay in its namespace (under gVisor they propagated to
-                # the zygote's, five more with every run)
-                _private_mounts()
                 # inodes bounded too where the kernel takes it (not gVisor's tmpfs):
                 # tearing down millions of empty files took seconds
                 inodes = f",nr_inodes={disk_mb * 1024}" if self.cfg.get("tmpfs_inodes") else ""
@@ -672,17 +670,28 @@ class Zygote:
             self._start_judge()
         assert self.judge_ctl is not None
         try:
-            socket.send_fds(self.judge_ctl, [b"T"], [call])
-            self.judge_ctl.sendall(frame_bytes(judge))
+            self._send_test(judge, call)
         except OSError:  # it died since the last test: start another and hand it over
             self._stop_judge()
             self._start_judge()
-            assert self.judge_ctl is not None
-            socket.send_fds(self.judge_ctl, [b"T"], [call])
-            self.judge_ctl.sendall(frame_bytes(judge))
+            self._send_test(judge, call)
         finally:
             os.close(call)
         return self.judge_ctl.fileno()
+
+    def _send_test(self, judge: dict, call: int) -> None:
+        """A source the judge has seen goes by its number (it keeps them compiled)."""
+        assert self.judge_ctl is not None
+        wire = {"names": judge["names"]}
+        for part in ("setup", "code"):
+            source = judge[part]
+            known = self.judge_sources.get(source)
+            if known is None:
+                known = self.judge_sources[source] = len(self.judge_sources)
+                wire[part] = source
+            wire[part + "_id"] = known
+        socket.send_fds(self.judge_ctl, [b"T"], [call])
+        self.judge_ctl.sendall(frame_bytes(wire))
 
     def _start_judge(self) -> None:
         """Fork the worker's judge: one process that runs every assert test's code, one
@@ -702,6 +711,7 @@ class Zygote:
                 os._exit(0)
         j_end.close()
         self.judge_ctl, self.judge_pid = z_end, pid
+        self.judge_sources = {}  # what this judge was sent, by number
 
     def _stop_judge(self) -> None:
         if self.judge_ctl is None:
