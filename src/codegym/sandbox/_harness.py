@@ -1,24 +1,17 @@
-"""What runs inside the restricted program process (standard library only).
+"""What runs inside the run's pid 1, E (standard library only).
 
-Executed by the jail's interpreter next to ``_zygote.py``. It runs one program, or one
-program against many test cases, and reports per-test results on fd 3 as JSON lines.
+Executed by the jail's interpreter next to ``_zygote.py``. E runs one program (``exec``,
+``python``), or runs a program and then answers an assert test's judge (``serve``; the
+test itself runs in the judge, see ``_judge``), or supervises a batch of stdin/stdout
+cases, each in a child (``_stdio``), reporting each case's fate and output on fd 3.
 
-The result channel (fd 3) and the death-mark pipe (fd 4) are writable by the program, so
-every line the harness writes on them is signed: ``<32 hex of HMAC-SHA256> <payload>\n``,
-keyed by a fresh per-run secret the zygote makes before the fork (``Channel``). The zygote
-keeps the key in its own process and accepts only lines that verify; anything else on
-fd 3 is a forgery and fails the whole batch (the program's fault). The key never enters
-the request, the environment, a module global or ``sys.argv``; forks that run a stdio
-program wipe it and close fds 3 and 4 first. Code running in the harness's own process
-(the program of an assert batch) can still dig the key out of the harness's frames or
-objects; see docs/sandbox.md for what that does and does not cover.
-
-Test kinds:
-- ``assert``: the program runs once; each test's code then runs against the program's
-  globals. One test runs in-process; several fork once each, so a test that mutates state
-  or hangs cannot affect the next.
-- ``stdio``: each case runs the program afresh with the case's stdin; stdout is compared
-  exactly, by whitespace-separated tokens, or by tokens with a float tolerance.
+The result channel (fd 3) is writable by the program in the modes where the program is
+E itself, so every line the harness writes on it is signed: ``\n<32 hex of HMAC-SHA256>
+<payload>\n``, keyed by a fresh per-run secret the zygote makes before the fork
+(``Channel``). The zygote keeps the key in its own process and accepts only lines that
+verify. In those modes the channel carries only pid 1's death mark (a forged one is
+ignored); with stdio cases E supervises and the program runs in children that have no
+fd 3 at all. The set-up mark goes on fd 4, which E closes before the program starts.
 """
 
 from __future__ import annotations

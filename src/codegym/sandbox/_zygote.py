@@ -7,10 +7,18 @@ Per execution it builds this process tree::
 
     zygote Z (long-lived, warm imports)
       ├─ T  the forker: a copy of Z taken before any run (jail tier; see start_forker)
+      ├─ J  the judge: runs assert tests' code, in Z's pid namespace and a mount
+      │       namespace of its own, started at the first assert test and kept
+      │       (see _start_judge and _judge)
       └─ E  pid 1 of a fresh pid/mount/ipc namespace, forked by T with CLONE_PARENT:
               private tmpfs work dir, /tmp, /dev/shm and /proc; rlimits, all
               capabilities dropped, no_new_privs, not dumpable, seccomp; then the
-              harness runs the program (and forks per test case)
+              harness runs the program (or serves J's calls, or forks per stdio case)
+
+An assert test is a fresh E that runs the program and serves the calls of J, which holds
+the test; the two talk over a socket pair Z made with E's pipes, and Z judges the test
+from J's report and E's fate (CPU from the slot's counter). A stdio batch is one E that
+supervises its cases; their expected outputs stay in Z, which compares.
 
 Z enforces the wall deadline and the output cap (it reads the pipes). When E exits the
 kernel kills every process left in its namespace, so nothing the program started
@@ -27,10 +35,11 @@ a request that asks for another size gets a freshly forked E.
 
 Per run the process that forks E (T, or Z where there is no forker) makes a fresh secret
 key before the fork and hands it to the harness in a one-element list the harness
-empties (so no frame or object of the forking code keeps it in E). E signs its test
-results (fd 3) and its death mark (fd 4) with it; Z gets a copy (from T over its
-socket) and believes only what verifies (``_harness.Channel``), so a program writing to those
-fds forges nothing. The zygote's directory is taken off ``sys.path`` once the harness is
+empties (so no frame or object of the forking code keeps it in E). E signs its stdio
+results and its death mark (fd 3) with it; Z gets a copy (from T over its socket) and
+believes only what verifies (``_harness.Channel``), so a program writing to that fd
+forges nothing. Infra comes only from what no program can cause: E reports its set-up on
+fd 4 and closes it before the program starts. The zygote's directory is taken off ``sys.path`` once the harness is
 imported, so programs do not see it there.
 
 Without namespaces (the ``process`` tier) E is an ordinary child in its own session and
