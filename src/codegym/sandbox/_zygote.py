@@ -39,8 +39,8 @@ empties (so no frame or object of the forking code keeps it in E). E signs its s
 results and its death mark (fd 3) with it; Z gets a copy (from T over its socket) and
 believes only what verifies (``_harness.Channel``), so a program writing to that fd
 forges nothing. Infra comes only from what no program can cause: E reports its set-up on
-fd 4 and closes it before the program starts. The zygote's directory is taken off ``sys.path`` once the harness is
-imported, so programs do not see it there.
+fd 4 and closes it before the program starts. The zygote's directory is taken off
+``sys.path`` once the harness is imported, so programs do not see it there.
 
 Without namespaces (the ``process`` tier) E is an ordinary child in its own session and
 the tree is killed by process group; double-forked daemons that call setsid escape that.
