@@ -167,36 +167,49 @@ class _EpisodeWorker:
         self._sandbox: Sandbox | None = None
         self._policy: Policy | TokenPolicy | None = None
         self._executor: LocalExecutor | None = None
+        self._start: asyncio.Lock | None = None  # made in the actor's own loop
 
     async def ready(self) -> str:
-        """Start the sandbox and policy (in the actor's loop); returns ``host:pid``."""
-        cfg = self._cfg
-        if self._executor is None:
-            if cfg.worker_setup is not None:
-                cfg.worker_setup()
-            self._sandbox = Sandbox(tier=cfg.sandbox.tier, workers=cfg.sandbox.workers)
-            await self._sandbox.start()
-            self._policy = cfg.policy_factory()
-            resources = Resources(
-                self._sandbox,
-                tier=cfg.sandbox.tier,
-                limits=cfg.sandbox.limits,
-                max_sessions=cfg.sandbox.max_sessions,
-            )
-            self._executor = LocalExecutor(
-                cfg.env,
-                self._policy,
-                cfg.params,
-                resources,
-                prompt=cfg.prompt,
-                tokenizer=cfg.tokenizer_factory() if cfg.tokenizer_factory else None,
-                model_concurrency=cfg.model_concurrency,
-                env_concurrency=cfg.env_concurrency,
-                model_timeout_s=cfg.model_timeout_s,
-                max_turns=cfg.max_turns,
-                version=lambda: self._version,
-            )
+        """Start the sandbox and policy (in the actor's loop); returns ``host:pid``.
+
+        Episodes arrive concurrently (an async actor), and the first ones all find nothing
+        started: one of them starts it while the others wait. (Without the lock each
+        started a pool of its own, and an episode could meet one not started yet: CI saw
+        ``SandboxClosed`` under load, on the actor that replaced a killed one.)
+        """
+        if self._start is None:
+            self._start = asyncio.Lock()
+        async with self._start:
+            if self._executor is None:
+                await self._start_executor()
         return f"{socket.gethostname()}:{os.getpid()}"
+
+    async def _start_executor(self) -> None:
+        cfg = self._cfg
+        if cfg.worker_setup is not None:
+            cfg.worker_setup()
+        self._sandbox = Sandbox(tier=cfg.sandbox.tier, workers=cfg.sandbox.workers)
+        await self._sandbox.start()
+        self._policy = cfg.policy_factory()
+        resources = Resources(
+            self._sandbox,
+            tier=cfg.sandbox.tier,
+            limits=cfg.sandbox.limits,
+            max_sessions=cfg.sandbox.max_sessions,
+        )
+        self._executor = LocalExecutor(
+            cfg.env,
+            self._policy,
+            cfg.params,
+            resources,
+            prompt=cfg.prompt,
+            tokenizer=cfg.tokenizer_factory() if cfg.tokenizer_factory else None,
+            model_concurrency=cfg.model_concurrency,
+            env_concurrency=cfg.env_concurrency,
+            model_timeout_s=cfg.model_timeout_s,
+            max_turns=cfg.max_turns,
+            version=lambda: self._version,
+        )
 
     async def run(self, req: EpisodeRequest, version: int) -> Trajectory | _Failed:
         await self.ready()
