@@ -416,7 +416,8 @@ def _unraisable(obj: object, exc: BaseException) -> None:
 def compile_program(blobs: list[bytes], req: dict) -> tuple[object, str]:
     """The program's code object and path; raises SyntaxError/ValueError as compile does."""
     src = blobs[req["code"]]
-    path = os.path.join(os.getcwd(), "main.py")
+    # in a workspace the program's file is not one of the workspace's (see Workspace.diff)
+    path = os.path.join("/tmp" if req.get("workspace") else os.getcwd(), "main.py")
     with open(path, "wb") as f:
         f.write(src)
     return compile(src, path, "exec"), path

@@ -49,6 +49,9 @@ class Worker:
         self.proc: asyncio.subprocess.Process | None = None
         self._stderr_tail = bytearray()
         self._drain: asyncio.Task[None] | None = None
+        self.busy = asyncio.Lock()  # one request at a time (a kept workspace's runs wait here)
+        self.generation = 0  # bumped at each start: kept workspaces die with their zygote
+        self.kept: set[str] = set()  # ids of the kept workspaces this zygote holds
 
     @property
     def alive(self) -> bool:
@@ -59,6 +62,8 @@ class Worker:
         return self.launch.cgroup if self.launch else None
 
     async def start(self) -> None:
+        self.generation += 1
+        self.kept.clear()
         launch = self.launch = self.tier.launch(self.spec)
         procs = [str(p) for p in launch.cgroup.procs()] if launch.cgroup else []
         uid = launch.uid
@@ -141,6 +146,12 @@ class Worker:
         if "error" in reply:
             raise WorkerCrashed(f"zygote error: {reply['error']}")
         return reply, out
+
+    async def ask(
+        self, header: dict[str, Any], blobs: list[bytes], timeout: float
+    ) -> tuple[dict[str, Any], list[bytes]]:
+        """A request other than a run; its ``error`` (if any) is the caller's to read."""
+        return await self._roundtrip(header, blobs, timeout)
 
     async def stop(self) -> None:
         proc = self.proc

@@ -82,6 +82,11 @@ MS_REC, MS_PRIVATE = 16384, 1 << 18
 
 _libc = ctypes.PyDLL(None, use_errno=True)  # PyDLL: no GIL hand-off per call
 # E's pipe ends, in the order the zygote sends them to the forker
+# workspaces (see _mount_workspace): image layers (read-only), a run's fresh upper, and
+# the uppers of kept workspaces, all under one folder a run hides once it has mounted
+WS_DIR = "/.ws"
+WS_LAYERS, WS_RUN, WS_KEEP = f"{WS_DIR}/layers", f"{WS_DIR}/run", f"{WS_DIR}/keep"
+MNT_DETACH = 2
 E_ENDS = ("out_w", "err_w", "result_w", "ready_w", "req_r", "call")
 
 
@@ -205,7 +210,8 @@ class Zygote:
         self.channel_fds: tuple[int, ...] = ()
         self.forker: socket.socket | None = None  # the line to T, see start_forker
         self.ready: _Ready | None = None  # the next E, forked ahead of its request
-        self.last_disk_mb: int | None = None
+        self.last_shape: str | None = None  # what the last run's E was prepared for
+        self.want = ""  # the shape of E the current request needs (see _shape)
         self.judge_ctl: socket.socket | None = None  # the worker's judge (_start_judge)
         self.judge_pid = -1
         self.judge_sources: dict[str, int] = {}
@@ -214,17 +220,18 @@ class Zygote:
                 __import__(name)
             except Exception:
                 pass
-        if self.session and self.namespaces:
+        self.ws = config.get("workspaces")  # {"root": ...} when runs may use images
+        if (self.session or self.ws) and self.namespaces:
             # a mount namespace of our own: bwrap's is owned by a user namespace we lack
             # CAP_SYS_ADMIN in, so mounting there is refused
             _check(_libc.unshare(CLONE_NEWNS), "unshare")
-            _mount(
-                b"tmpfs",
-                self.workdir.encode(),
-                b"tmpfs",
-                MS_NOSUID | MS_NODEV,
-                f"size={int(config['session_disk_mb'])}m,mode=0700".encode(),
-            )
+            if self.session:
+                size = f"size={int(config['session_disk_mb'])}m,mode=0700".encode()
+                _mount(b"tmpfs", self.workdir.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
+            if self.ws:
+                # kept workspaces' uppers, one size-capped tmpfs each (see workspace_op)
+                flags = MS_NOSUID | MS_NODEV
+                _mount(b"tmpfs", WS_KEEP.encode(), b"tmpfs", flags, b"size=1m,mode=0700")
         import _harness  # bound next to this file, with the modules below
         import _judge
         import _serve
@@ -254,7 +261,7 @@ class Zygote:
             return self.harness.fork()
         return self.harness.fork(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC)
 
-    def _child(self, fds: dict, secret: list[bytes], disk_mb: int, cwd: str | None) -> None:
+    def _child(self, fds: dict, secret: list[bytes], shape: str, cwd: str | None) -> None:
         """E: set up its namespaces, drop every privilege, wait for the request, run it.
 
         Everything that does not depend on the request happens before it arrives (the
@@ -270,16 +277,19 @@ class Zygote:
         code = 1
         try:
             channel = self.harness.Channel(secret)  # empties ``secret``
+            disk_mb, ws = _parse_shape(shape)
             if self.namespaces:
                 # inodes bounded too where the kernel takes it (not gVisor's tmpfs):
                 # tearing down millions of empty files took seconds
                 inodes = f",nr_inodes={disk_mb * 1024}" if self.cfg.get("tmpfs_inodes") else ""
                 size = f"size={disk_mb}m{inodes},mode=1777".encode()
                 fresh = [b"/tmp", b"/dev/shm"]
-                if not self.session:
+                if not self.session and ws is None:
                     fresh.append(self.workdir.encode())
                 for where in fresh:
                     _mount(b"tmpfs", where, b"tmpfs", MS_NOSUID | MS_NODEV, size)
+                if ws is not None:
+                    self._mount_workspace(ws, size)
                 _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
                 # the host's kernel command line is none of the program's business
                 _mount(b"/dev/null", b"/proc/cmdline", None, MS_BIND, None)
@@ -305,6 +315,11 @@ class Zygote:
             self.harness.standby()
             with os.fdopen(5, "rb") as inp:
                 req, blobs = read_frame(inp)  # blocks until the zygote hands over a run
+            if req.get("site"):  # the image's environment, for programs run in-process
+                import site
+
+                sys.path.insert(0, os.getcwd())  # the workspace's root, as for a script there
+                site.addsitedir(req["site"])
             if req.get("mode") != "serve":
                 os.close(6)
             if req.get("stdin") is not None:
@@ -335,11 +350,59 @@ class Zygote:
             code = 125
         os._exit(code)
 
+    def _mount_workspace(self, ws: dict, size: bytes) -> None:
+        """Mount the run's workspace at the work dir: the image's layers, read-only, under
+        a writable upper (a fresh tmpfs of the run's size, or a kept workspace's), then
+        cover the folder that holds them: the overlay keeps what it needs, and the
+        program sees neither the layers' paths nor any other workspace."""
+        keep = ws.get("keep")
+        root = f"{WS_KEEP}/{keep}" if keep else WS_RUN
+        if not keep:
+            _mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
+            os.mkdir(f"{root}/u", 0o755)
+            os.mkdir(f"{root}/w", 0o700)
+        lower = ":".join(f"{WS_LAYERS}/{h}" for h in reversed(ws["layers"]))
+        opts = f"lowerdir={lower},upperdir={root}/u,workdir={root}/w,userxattr"
+        _mount(b"overlay", self.workdir.encode(), b"overlay", MS_NOSUID | MS_NODEV, opts.encode())
+        hide = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+        _mount(b"tmpfs", WS_DIR.encode(), b"tmpfs", hide, b"size=4k,mode=0")
+
     # -- the zygote side ------------------------------------------------
 
-    def prepare(self, disk_mb: int) -> _Ready:
-        """Fork the next E now, so that it is set up before its request arrives."""
-        if self.ready is not None and self.ready.disk_mb == disk_mb:
+    def workspace_op(self, op: str, req: dict) -> tuple[dict, list[bytes]]:
+        """Open, close or export a kept workspace: its upper, a tmpfs of its own under
+        ``WS_KEEP`` that every run in it mounts (one run at a time: the host's lock)."""
+        if not self.ws:
+            return {"error": "this worker was not started for workspaces"}, []
+        wid = str(req.get("id", ""))
+        if not wid or not all(c.isalnum() or c == "-" for c in wid) or len(wid) > 64:
+            return {"error": f"bad workspace id {wid!r}"}, []
+        path = f"{WS_KEEP}/{wid}"
+        if self.ready is not None and (_parse_shape(self.ready.shape)[1] or {}).get("keep") == wid:
+            self.discard()  # a prepared run holds the workspace mounted
+        if op == "ws_open":
+            mb = int(req["disk_mb"])
+            inodes = f",nr_inodes={mb * 1024}" if self.cfg.get("tmpfs_inodes") else ""
+            os.mkdir(path, 0o700)
+            opts = f"size={mb}m{inodes},mode=0700".encode()
+            _mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts)
+            os.mkdir(f"{path}/u", 0o755)
+            os.mkdir(f"{path}/w", 0o700)
+            return {"ok": True}, []
+        if not os.path.isdir(path):
+            return {"error": f"no workspace {wid!r} in this worker"}, []
+        if op == "ws_close":
+            _check(_libc.umount2(path.encode(), MNT_DETACH), "umount")
+            os.rmdir(path)
+            return {"ok": True}, []
+        return _export(f"{path}/u", int(req.get("max_bytes", 1 << 30)))
+
+    def prepare(self, shape: str) -> _Ready:
+        """Fork the next E now, so that it is set up before its request arrives.
+
+        ``shape`` is what E's set-up depends on (see ``_shape``): its tmpfs size and the
+        workspace it mounts, if any."""
+        if self.ready is not None and self.ready.shape == shape:
             return self.ready
         self.discard()
         out_r, out_w = os.pipe()
@@ -361,9 +424,9 @@ class Zygote:
         ends = (out_r, err_r, res_r, ready_r, req_w, call_j_fd)
         try:
             if self.forker is not None:
-                pid, key = self._fork_through_forker(fds, disk_mb)
+                pid, key = self._fork_through_forker(fds, shape)
             else:
-                pid, key = self._fork_here(fds, ends, disk_mb, scratch)
+                pid, key = self._fork_here(fds, ends, shape, scratch)
         except BaseException:
             for fd in ends:
                 os.close(fd)
@@ -373,12 +436,12 @@ class Zygote:
                 os.close(fd)
         watch = self.harness.ExitWatch(pid)  # a pidfd, or gVisor's stand-in for one
         self.ready = _Ready(
-            pid, watch, req_w, out_r, err_r, res_r, ready_r, call_j_fd, key, disk_mb, scratch
+            pid, watch, req_w, out_r, err_r, res_r, ready_r, call_j_fd, key, shape, scratch
         )
         return self.ready
 
     def _fork_here(
-        self, fds: dict, zygote_ends: tuple[int, ...], disk_mb: int, scratch: str | None
+        self, fds: dict, zygote_ends: tuple[int, ...], shape: str, scratch: str | None
     ) -> tuple[int, bytes]:
         """Fork E from the zygote itself (tiers without a forker: ``process``, ``gvisor``)."""
         secret = [os.urandom(16)]  # this run's key; see Channel
@@ -387,7 +450,7 @@ class Zygote:
             try:
                 for fd in (*zygote_ends, *self.channel_fds):
                     os.close(fd)
-                self._child(fds, secret, disk_mb, scratch)
+                self._child(fds, secret, shape, scratch)
             finally:
                 os._exit(125)  # _child never returns: nothing may reach the zygote's loop
         return pid, secret[0]
@@ -423,7 +486,7 @@ class Zygote:
             os.dup2(devnull, fd)
         flags = CLONE_PARENT | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC
         while True:
-            msg, got, _, _ = socket.recv_fds(sock, 64, len(E_ENDS))
+            msg, got, _, _ = socket.recv_fds(sock, 8192, len(E_ENDS))
             if not msg:
                 return  # the zygote is gone
             secret = [os.urandom(16)]  # this run's key; see Channel
@@ -434,16 +497,16 @@ class Zygote:
             if pid == 0:
                 try:
                     sock.close()
-                    self._child(dict(zip(E_ENDS, got, strict=True)), secret, int(msg), None)
+                    self._child(dict(zip(E_ENDS, got, strict=True)), secret, msg.decode(), None)
                 finally:
                     os._exit(125)
             for fd in got:
                 os.close(fd)
             sock.send(struct.pack("i", pid) + (secret.pop() if pid > 0 else b""))
 
-    def _fork_through_forker(self, fds: dict, disk_mb: int) -> tuple[int, bytes]:
+    def _fork_through_forker(self, fds: dict, shape: str) -> tuple[int, bytes]:
         assert self.forker is not None
-        socket.send_fds(self.forker, [b"%d" % disk_mb], [fds[k] for k in E_ENDS])
+        socket.send_fds(self.forker, [shape.encode()], [fds[k] for k in E_ENDS])
         reply = self.forker.recv(64)
         if len(reply) < 4:
             raise OSError("the zygote's forker process died")
@@ -474,6 +537,7 @@ class Zygote:
         """One request: a plain run, a batch of stdio cases, or a batch of assert tests."""
         tests = req.get("tests") or []
         files = req.get("files") or []
+        self.want = _shape(req)
         if self.session and files:
             # the session's files are written here, outside any run: a program cannot
             # redirect them (symlinks), lock them out (modes) or crash the writer
@@ -521,10 +585,10 @@ class Zygote:
         With a judge the run ends when the judge has reported (E is then killed) or at the
         deadline; without one, when E and everything it started is gone.
         """
-        e = self.prepare(int(lim["disk_mb"]))
+        e = self.prepare(self.want)
         if os.waitid(os.P_PID, e.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
             self.discard()  # the idle E died (killed from outside): fork afresh
-            e = self.prepare(int(lim["disk_mb"]))
+            e = self.prepare(self.want)
         self.ready = None
         obs = _Observed(e)
         j_r = -1
@@ -610,7 +674,7 @@ class Zygote:
         obs.marks = _read_all(e.ready_r)
         obs.results = bytes(bufs[res_r])
         e.close()
-        self.last_disk_mb = int(lim["disk_mb"])
+        self.last_shape = self.want
         return obs
 
     # -- assert tests ---------------------------------------------------
@@ -940,7 +1004,7 @@ class _Ready:
     ready_r: int
     call_j: int  # the judge's end of the call socket (assert tests), -1 once handed over
     key: bytes
-    disk_mb: int
+    shape: str
     scratch: str | None
 
     def close(self) -> None:
@@ -975,6 +1039,61 @@ def _killpg(pid: int) -> None:
 
 def _mount(src: bytes, dst: bytes, fstype: bytes, flags: int, data: bytes | None) -> None:
     _check(_libc.mount(src, dst, fstype, flags, data), f"mount {dst.decode()}")
+
+
+def _shape(req: dict) -> str:
+    """What a run's E must be set up with before its request: the tmpfs size and the
+    workspace (image layers, and the kept upper, if any)."""
+    return json.dumps([int(req["limits"]["disk_mb"]), req.get("workspace")], separators=(",", ":"))
+
+
+def _parse_shape(shape: str) -> tuple[int, dict | None]:
+    disk_mb, ws = json.loads(shape)
+    return int(disk_mb), ws
+
+
+def _export(upper: str, max_bytes: int) -> tuple[dict, list[bytes]]:
+    """A kept workspace's upper as entries and blobs: what the workspace changed, for a
+    patch or a new layer. The program made this tree: nothing is followed (symlinks are
+    read as links, files opened ``O_NOFOLLOW``) and the bytes read are capped."""
+    import stat as st_
+
+    entries: list[list] = []
+    blobs: list[bytes] = []
+    total = 0
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        for name in sorted(os.listdir(f"{upper}/{rel}" if rel else upper)):
+            sub = f"{rel}/{name}" if rel else name
+            full = f"{upper}/{sub}"
+            st = os.lstat(full)
+            mode = st.st_mode
+            if st_.S_ISDIR(mode):
+                try:
+                    opaque = os.getxattr(full, "user.overlay.opaque", follow_symlinks=False)
+                except OSError:
+                    opaque = b""
+                entries.append([sub, "d", mode & 0o7777, opaque == b"y"])
+                stack.append(sub)
+            elif st_.S_ISREG(mode):
+                total += st.st_size
+                if total > max_bytes:
+                    return {"error": f"the workspace holds more than {max_bytes} bytes"}, []
+                fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                try:
+                    data = os.read(fd, st.st_size + 1)
+                    while len(data) <= st.st_size and (more := os.read(fd, 1 << 20)):
+                        data += more
+                finally:
+                    os.close(fd)
+                blobs.append(data[: st.st_size])
+                entries.append([sub, "f", mode & 0o7777, len(blobs) - 1])
+            elif st_.S_ISLNK(mode):
+                entries.append([sub, "l", 0, os.readlink(full)])
+            elif st_.S_ISCHR(mode) and st.st_rdev == 0:
+                entries.append([sub, "w", 0, None])  # overlayfs's mark of a deletion
+    return {"entries": entries}, blobs
 
 
 def _private_mounts() -> bool:
@@ -1025,6 +1144,8 @@ def main() -> None:
                 header, out_blobs = zygote.run(req, blobs, raw)
             elif op == "ping":
                 header, out_blobs = {"pong": True}, []
+            elif op in ("ws_open", "ws_close", "ws_export"):
+                header, out_blobs = zygote.workspace_op(op, req)
             else:
                 header, out_blobs = {"error": f"unknown op {op!r}"}, []
         except Exception as exc:
@@ -1033,9 +1154,9 @@ def main() -> None:
         # the next E is forked from this frame: it must not hold this run's request or
         # answer (a program could walk up the stack to them)
         del raw, req, blobs, header, out_blobs
-        if op == "run" and zygote.last_disk_mb is not None:
+        if op == "run" and zygote.last_shape is not None:
             try:  # fork the next E while the host reads this answer
-                zygote.prepare(zygote.last_disk_mb)
+                zygote.prepare(zygote.last_shape)
             except Exception:  # the next run prepares again, and reports what failed
                 zygote.ready = None
 

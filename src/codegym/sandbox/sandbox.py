@@ -18,17 +18,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from codegym.sandbox import _seccomp
+from codegym.sandbox import _files, _seccomp
 from codegym.sandbox._verdict import judge
 from codegym.sandbox._worker import Worker, WorkerCrashed
 from codegym.sandbox.errors import (
-    FileTooLarge,
     HostUnsupported,
     SandboxClosed,
-    SandboxInfraError,
     SandboxInputError,
-    WorkspaceError,
 )
+from codegym.sandbox.images.store import MAX_LAYERS, VENV, Image, ImageStore
+from codegym.sandbox.workspace import Workspace
 from codegym.sandbox.limits import MAX_CODE_BYTES, MAX_INPUT_BYTES, Limits, check_path
 from codegym.sandbox.result import ExecResult, Verdict
 from codegym.sandbox.tier import Tier, WorkerSpec, sweep_stale
@@ -80,6 +79,8 @@ class IOTest:
 
 
 TestCase = AssertTest | IOTest
+WorkspaceRef = str | Image | Workspace
+"""Where a run happens: an image (a fresh workspace) or a kept ``Workspace``."""
 
 
 def _as_bytes(value: Text, what: str, cap: int = MAX_INPUT_BYTES) -> bytes:
@@ -133,6 +134,9 @@ class Sandbox:
         workers: how many executions run at once (default: the CPU count).
         python: the interpreter to run inside the sandbox (default: system Python).
         recycle_after: restart a worker's zygote after this many executions.
+        images: an ``ImageStore`` (or its folder) whose images runs may use as
+            copy-on-write workspaces (``workspace=``, ``workspace()``, ``fork()``);
+            ``jail`` tier only.
 
     Raises:
         HostUnsupported: on entry, when the host lacks what the tier needs.
@@ -149,6 +153,7 @@ class Sandbox:
         *,
         python: str | None = None,
         recycle_after: int = 2000,
+        images: ImageStore | str | os.PathLike[str] | None = None,
     ) -> None:
         if tier not in TIER_NAMES:
             raise SandboxInputError(
@@ -169,6 +174,13 @@ class Sandbox:
         self._bpf = b""
         self.infra_count = 0
         self.recycles = 0
+        if images is not None and tier != "jail":
+            raise SandboxInputError(
+                f"images run in workspaces of the jail tier only, not {tier!r}; "
+                "use Sandbox(tier='jail', images=...)"
+            )
+        self.images = images if isinstance(images, ImageStore | None) else ImageStore(images)
+        self._ws_ids = itertools.count(1)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -196,8 +208,17 @@ class Sandbox:
         await asyncio.to_thread(sweep_stale)  # what pools of killed owners left behind
         self._bpf = _seccomp.deny_list_bpf()
         tag = f"{os.getpid()}-{next(_POOL_TAGS):x}"
-        spec = WorkerSpec if not self._session else _session_spec(self._session_disk_mb)
-        self._workers = [Worker(tier, spec(f"{tag}-w{i}"), self._bpf) for i in range(self.size)]
+        layers = str(self.images.layers_dir) if self.images is not None else None
+        specs = [
+            WorkerSpec(
+                f"{tag}-w{i}",
+                session=self._session,
+                session_disk_mb=self._session_disk_mb,
+                layers=layers,
+            )
+            for i in range(self.size)
+        ]
+        self._workers = [Worker(tier, spec, self._bpf) for spec in specs]
         try:
             async with asyncio.TaskGroup() as tg:
                 for w in self._workers:
@@ -231,15 +252,21 @@ class Sandbox:
         files: Mapping[str, Text] | None = None,
         limits: Limits | None = None,
         argv: Sequence[str] | None = None,
+        workspace: WorkspaceRef | None = None,
     ) -> ExecResult:
         """Run a Python program in a warm, forked interpreter.
 
+        ``workspace``: an image (reference or ``Image``: a fresh copy-on-write workspace of
+        it, gone after the run) or a kept ``Workspace``; the program runs in its root with
+        the image's environment importable.
+
         Raises:
-            SandboxInputError: non-UTF-8 or oversized code, bad file paths, bad limits.
+            SandboxInputError: non-UTF-8 or oversized code, bad file paths, bad limits, an
+                image that is not in the pool's cache.
         """
         blobs = [_code_bytes(code), _as_bytes(stdin, "stdin")]
         req = {"mode": "python", "code": 0, "stdin": 1, "argv": ["main.py", *(argv or [])]}
-        return await self._submit(req, blobs, files, limits or Limits(), 0)
+        return await self._submit(req, blobs, files, limits or Limits(), 0, workspace=workspace)
 
     async def run(
         self,
@@ -248,15 +275,17 @@ class Sandbox:
         *,
         files: Mapping[str, Text] | None = None,
         limits: Limits | None = None,
+        workspace: WorkspaceRef | None = None,
     ) -> ExecResult:
         """Run a command as a fresh process in the same isolation (bash, gcc, node, ...).
 
-        A string runs through ``/bin/sh -c``; a sequence is an argv.
+        A string runs through ``/bin/sh -c``; a sequence is an argv. ``workspace`` as for
+        ``run_python``; the image's environment comes first on ``PATH``.
         """
         argv = _argv(command)
         blobs = [_as_bytes(stdin, "stdin")]
         req = {"mode": "exec", "argv": argv, "stdin": 0}
-        return await self._submit(req, blobs, files, limits or Limits(), 0)
+        return await self._submit(req, blobs, files, limits or Limits(), 0, workspace=workspace)
 
     async def run_tests(
         self,
@@ -267,6 +296,7 @@ class Sandbox:
         build: str | Sequence[str] | None = None,
         files: Mapping[str, Text] | None = None,
         limits: Limits | None = None,
+        workspace: WorkspaceRef | None = None,
     ) -> ExecResult:
         """Run one program against many test cases in a single round trip.
 
@@ -318,7 +348,73 @@ class Sandbox:
                 )
         req["tests"] = wire
         steps = len(tests) + (1 if build is not None else 0)
-        return await self._submit(req, blobs, files, limits or Limits(), len(tests), steps)
+        lim = limits or Limits()
+        return await self._submit(req, blobs, files, lim, len(tests), steps, workspace)
+
+    # -- workspaces ----------------------------------------------------------
+
+    async def workspace(self, image: str | Image, *, disk_mb: int = 256) -> Workspace:
+        """A kept copy-on-write workspace of ``image``: its files persist across runs
+        (processes do not) until it is closed. It lives in one worker's zygote, next to
+        others; its writes go to a private tmpfs of ``disk_mb`` (bytes and inodes capped),
+        never to the image.
+
+        Raises:
+            SandboxInputError: no image cache, an unknown image, a bad size.
+            SandboxInfraError: the worker could not open it.
+        """
+        if not isinstance(disk_mb, int) or not 1 <= disk_mb <= 1 << 16:
+            raise SandboxInputError(f"disk_mb={disk_mb!r}: use an integer in 1..65536")
+        img = self._image(image)
+        if self._closed or not self._started:
+            raise SandboxClosed("the Sandbox is closed or not started")
+        # the worker holding the fewest workspaces; ties to the least used
+        worker = min(self._workers, key=lambda w: (len(w.kept), w.runs))
+        ws = Workspace(self, worker, f"ws{next(self._ws_ids)}", img, disk_mb)
+        await ws._open()
+        return ws
+
+    async def fork(self, image: str | Image, n: int, *, disk_mb: int = 256) -> list[Workspace]:
+        """``n`` independent kept workspaces of one image (a prepared state: see
+        ``Workspace.freeze``), opened at once across the pool's workers."""
+        if not isinstance(n, int) or not 1 <= n <= 4096:
+            raise SandboxInputError(f"n={n!r}: fork 1..4096 workspaces")
+        made = await asyncio.gather(
+            *(self.workspace(image, disk_mb=disk_mb) for _ in range(n)), return_exceptions=True
+        )
+        errors = [m for m in made if isinstance(m, BaseException)]
+        if errors:
+            await asyncio.gather(
+                *(m.close() for m in made if isinstance(m, Workspace)), return_exceptions=True
+            )
+            raise errors[0]
+        return [m for m in made if isinstance(m, Workspace)]
+
+    def _image(self, image: str | Image) -> Image:
+        if self.images is None:
+            raise SandboxInputError(
+                "this Sandbox has no image cache: make it with Sandbox(images=ImageStore())"
+            )
+        img = image if isinstance(image, Image) else self.images.get(image)
+        self.images.layer_paths(img)  # every layer is in this cache
+        if len(img.layers) > MAX_LAYERS:
+            raise SandboxInputError(f"image {img.digest} stacks more than {MAX_LAYERS} layers")
+        return img
+
+    def _place(self, req: dict[str, Any], where: WorkspaceRef) -> None:
+        """Point a request at a workspace: the image's layers (and the kept upper)."""
+        if isinstance(where, Workspace):
+            if where.pool is not self:
+                raise SandboxInputError("that workspace belongs to another Sandbox")
+            img, keep = where.image, where.id
+        else:
+            img, keep = self._image(where), None
+        hexes = [d.removeprefix("sha256:") for d in img.layers]
+        req["workspace"] = {"layers": hexes, "keep": keep}
+        req["env"] = {**img.env, "HOME": "/tmp"}
+        if req.get("mode") == "python":
+            major_minor = ".".join(img.python.split(".")[:2])
+            req["site"] = f"{VENV}/lib/python{major_minor}/site-packages"
 
     # -- machinery -----------------------------------------------------------
 
@@ -330,6 +426,7 @@ class Sandbox:
         limits: Limits,
         batch: int,
         steps: int = 1,
+        workspace: WorkspaceRef | None = None,
     ) -> ExecResult:
         if not isinstance(limits, Limits):
             raise SandboxInputError(f"limits must be a Limits, got {type(limits).__name__}")
@@ -350,16 +447,24 @@ class Sandbox:
             raise SandboxClosed("this Sandbox is closed")
         if not self._started:
             raise SandboxClosed("use 'async with Sandbox(...)' or await start() first")
+        kept = workspace if isinstance(workspace, Workspace) else None
+        if workspace is not None:
+            self._place(req, workspace)
         # telemetry: a `sandbox.exec` span, queue wait, and run latency by verdict.
         op = "tests" if "tests" in req else str(req["mode"])
         with span("sandbox.exec", tier=self.tier_name, op=op, tests=batch or None) as sp:
-            with _metrics.sandbox_waiting(self.tier_name):
-                worker = await self._idle.get()
             start = time.perf_counter()
-            try:
-                result = await self._execute(worker, req, blobs, limits, batch, deadline)
-            finally:
-                self._idle.put_nowait(worker)
+            if kept is not None:
+                result = await kept._execute(req, blobs, limits, batch, deadline)
+            else:
+                with _metrics.sandbox_waiting(self.tier_name):
+                    worker = await self._idle.get()
+                start = time.perf_counter()
+                try:
+                    async with worker.busy:
+                        result = await self._execute(worker, req, blobs, limits, batch, deadline)
+                finally:
+                    self._idle.put_nowait(worker)
             _metrics.observe_sandbox_run(
                 self.tier_name, op, result.verdict.value, time.perf_counter() - start
             )
@@ -378,13 +483,21 @@ class Sandbox:
         limits: Limits,
         batch: int,
         deadline: float,
+        pinned: bool = False,
     ) -> ExecResult:
+        """One request on ``worker``; ``pinned`` (a kept workspace's run): the worker
+        holds the workspace, so it is neither restarted nor swapped for another."""
         reason = ""
         for attempt in range(2):  # a dead worker is replaced and the run tried once more
             if self._session and worker.runs and not worker.alive:
                 reason = "the session's worker died; its files are lost"
                 break
-            if not worker.alive or worker.runs >= self.recycle_after:
+            # a zygote that holds kept workspaces is not recycled while they are open
+            scheduled = worker.runs >= self.recycle_after and not worker.kept
+            if pinned and not worker.alive:
+                reason = "the workspace's worker died; its files are lost"
+                break
+            if not pinned and (not worker.alive or scheduled):
                 cause = "replaced" if not worker.alive else "scheduled"
                 _metrics.count_recycle(self.tier_name, cause)  # telemetry
                 try:
@@ -402,7 +515,7 @@ class Sandbox:
                 reason = str(e)
                 log.warning("sandbox worker %s failed: %s", worker.spec.name, reason)
                 await worker.stop()
-                if worker.runs and attempt == 0 and "did not answer" not in reason:
+                if not pinned and worker.runs and attempt == 0 and "did not answer" not in reason:
                     continue
                 break
             reply["deadline_s"] = deadline
@@ -447,13 +560,6 @@ def _infra(reason: str) -> ExecResult:
     )
 
 
-def _session_spec(disk_mb: int):  # type: ignore[no-untyped-def]
-    def spec(name: str) -> WorkerSpec:
-        return WorkerSpec(name, session=True, session_disk_mb=disk_mb)
-
-    return spec
-
-
 class Session(Sandbox):
     """A workspace whose files persist across commands; processes do not.
 
@@ -484,11 +590,7 @@ class Session(Sandbox):
                 symlink, the disk is full, ...).
             SandboxInfraError: the sandbox failed.
         """
-        r = await self.run(["true"], files={path: content})
-        if r.verdict is Verdict.INFRA:
-            raise SandboxInfraError(f"could not write {path!r}: {r.reason}")
-        if r.verdict is not Verdict.OK:
-            raise WorkspaceError(r.reason or f"could not write {path!r}: {r.stderr.strip()}")
+        await _files.write_file(self.run, path, content)
 
     async def read_file(self, path: str, max_bytes: int = 16 << 20) -> bytes:
         """Read a file from the workspace.
@@ -499,17 +601,4 @@ class Session(Sandbox):
             WorkspaceError: the file could not be read (a folder, no permission, ...).
             SandboxInfraError: the sandbox failed.
         """
-        import base64
-
-        check_path(path)
-        limit = Limits(output_bytes=max_bytes * 4 // 3 + 4096)
-        r = await self.run(["base64", "-w0", "--", path], limits=limit)
-        if r.verdict is Verdict.INFRA:
-            raise SandboxInfraError(f"could not read {path!r}: {r.reason}")
-        if r.verdict is Verdict.OUTPUT_LIMIT:
-            raise FileTooLarge(f"{path!r} is larger than {max_bytes} bytes")
-        if r.verdict is not Verdict.OK:
-            if "No such file" in r.stderr:
-                raise FileNotFoundError(path)
-            raise WorkspaceError(f"could not read {path!r}: {r.reason} {r.stderr.strip()}")
-        return base64.b64decode(r.stdout)
+        return await _files.read_file(self.run, path, max_bytes)

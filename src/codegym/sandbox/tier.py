@@ -69,6 +69,8 @@ class WorkerSpec:
     session: bool = False
     """A session worker keeps one persistent workspace across runs."""
     session_disk_mb: int = 256
+    layers: str | None = None
+    """The image cache's layers folder, when the worker runs workspaces (see images)."""
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Pinned images and the cache that holds them (see ``build``, ``store`` and ``layers``).
 
-    from codegym.sandbox.images import ImageStore, build_image
-    image = build_image("examples/images/toolz.toml")      # prints nothing, returns Image
-    async with Sandbox(images=ImageStore()) as sb:
-        r = await sb.run(["python", "-m", "pytest", "-q"], workspace=image.ref)
+from codegym.sandbox.images import ImageStore, build_image
+image = build_image("examples/images/toolz.toml")      # prints nothing, returns Image
+async with Sandbox(images=ImageStore()) as sb:
+    r = await sb.run(["python", "-m", "pytest", "-q"], workspace=image.ref)
 """
 
 from codegym.sandbox.images.build import build_image

@@ -75,7 +75,12 @@ def build_image(
     try:
         source = _source_layer(spec, store, say) if spec.source else None
         key = _key(
-            "image", version, lock, spec.environment.debian, source, spec.name,
+            "image",
+            version,
+            lock,
+            spec.environment.debian,
+            source,
+            spec.name,
             spec.source.import_path if spec.source else None,
         )
         with store.lock(key):
@@ -124,8 +129,9 @@ def _interpreter(version: str) -> str:
     cand = Path(f"/usr/bin/python{version}")
     if cand.exists():
         return str(cand)
-    have = sorted(p.name for p in Path("/usr/bin").glob("python3.*") if re.fullmatch(
-        r"python3\.\d+", p.name))
+    have = sorted(
+        p.name for p in Path("/usr/bin").glob("python3.*") if re.fullmatch(r"python3\.\d+", p.name)
+    )
     raise ImageSpecError(
         f"python = {version!r}: this host has no /usr/bin/python{version} "
         f"(it has {', '.join(have) or 'none'}); images use the host's interpreters"
@@ -201,15 +207,19 @@ def _build_jail(store: ImageStore) -> list[str]:
 def _pip_failure(output: str, lock: list[str]) -> str:
     names = {line.split("==")[0].lower(): line.split()[0] for line in lock}
     what = []
-    for m in re.finditer(r"(?:No matching distribution found for|Could not find a version "
-                         r"that satisfies the requirement) (\S+)", output):
+    for m in re.finditer(
+        r"(?:No matching distribution found for|Could not find a version "
+        r"that satisfies the requirement) (\S+)",
+        output,
+    ):
         what.append(f"{m.group(1)} cannot be resolved from the package index")
     if "DO NOT MATCH THE HASHES" in output:
         for line in output.splitlines():
             m = re.match(r"\s+(\S+?)==\S+ from ", line)
             if m:
-                what.append(f"{names.get(m.group(1).lower(), m.group(1))}: its hash does not "
-                            "match the lock")
+                what.append(
+                    f"{names.get(m.group(1).lower(), m.group(1))}: its hash does not match the lock"
+                )
     tail = "\n".join(output.strip().splitlines()[-12:])
     head = "; ".join(dict.fromkeys(what)) or "pip failed"
     return f"building the environment failed: {head}\n{tail}"
@@ -268,7 +278,6 @@ def _compile(tree: Path, python: str, store: ImageStore) -> None:
         raise ImageBuildError(f"compiling the source failed: {r.stderr.strip()}")  # compile
 
 
-
 def _link_layer(version: str, import_path: str, store: ImageStore) -> str:
     tree = store.scratch("link")
     major_minor = ".".join(version.split(".")[:2])
@@ -308,7 +317,9 @@ def _fetch_sdist(name: str, version: str, sha256: str, store: ImageStore, say: L
             say(f"source: fetching {files[0]['filename']}")
             data = client.get(files[0]["url"]).raise_for_status().content
     except httpx.HTTPError as e:
-        raise ImageBuildError(f"{name}=={version}: cannot fetch the sdist from {index}: {e}") from None
+        raise ImageBuildError(
+            f"{name}=={version}: cannot fetch the sdist from {index}: {e}"
+        ) from None
     got = hashlib.sha256(data).hexdigest()
     if got != sha256:
         raise ImageBuildError(f"{name}=={version}: the sdist's sha256 is {got}, not {sha256}")

@@ -92,7 +92,16 @@ class ImageStore:
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache()
         self.root = self.root.expanduser().resolve()
-        for sub in ("layers", "images", "builds", "names", "downloads", "tmp", "locks", "pip-cache"):
+        for sub in (
+            "layers",
+            "images",
+            "builds",
+            "names",
+            "downloads",
+            "tmp",
+            "locks",
+            "pip-cache",
+        ):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         # workers get the layers as an open folder (bwrap --ro-bind-fd): the path above
         # it need not be one they could walk
@@ -158,15 +167,17 @@ class ImageStore:
 
     # -- writing ---------------------------------------------------------------
 
-    def add(self, image: Image, build_key: str | None = None) -> Image:
-        """Record a manifest whose layers are in place (a rename makes it visible)."""
+    def add(self, image: Image, build_key: str | None = None, tag: bool = True) -> Image:
+        """Record a manifest whose layers are in place (a rename makes it visible);
+        ``tag``: the image's name now means this image."""
         self._atomic_write(
             self.root / "images" / f"{image.digest.removeprefix('sha256:')}.json",
             json.dumps(image.manifest(), indent=1, sort_keys=True),
         )
         if build_key:
             self._atomic_write(self.root / "builds" / build_key, image.digest)
-        self._atomic_write(self.root / "names" / image.name, image.digest)
+        if tag:
+            self._atomic_write(self.root / "names" / image.name, image.digest)
         return image
 
     def built(self, build_key: str) -> Image | None:
@@ -252,4 +263,3 @@ def _from_manifest(m: dict[str, Any]) -> Image:
         created=float(m.get("created") or 0.0),
         spec=dict(m.get("spec") or {}),
     )
-

@@ -19,6 +19,8 @@ import subprocess
 from pathlib import Path
 
 from codegym.sandbox import _cgroups
+from codegym.sandbox._zygote import WS_KEEP, WS_LAYERS, WS_RUN
+from codegym.sandbox.images.layers import layer_owner
 from codegym.sandbox.tier import (
     BASE_ENV,
     DEFAULT_PRELOAD,
@@ -71,7 +73,11 @@ class JailTier(Tier):
 
     def launch(self, spec: WorkerSpec) -> Launch:
         assert self.bwrap and self.python
-        uid, lock = claim_uid() if os.geteuid() == 0 else (os.geteuid(), None)
+        if spec.layers is not None:
+            # layers are owned by one uid, which the worker must map (see layer_owner)
+            uid, lock = layer_owner(), None
+        else:
+            uid, lock = claim_uid() if os.geteuid() == 0 else (os.geteuid(), None)
         cgroup = _cgroups.WorkerCgroup(
             f"{spec.name}", uid, backstop_memory_mb=8192, backstop_pids=4200
         )
@@ -123,6 +129,12 @@ class JailTier(Tier):
             if path.exists():
                 counters[name] = f"/run/cg/{name}"
                 argv += ["--ro-bind", str(path), counters[name]]
+        pass_fds = list(memfds.values())
+        if spec.layers is not None:
+            # an open folder, so the path above it need not be one the worker could walk
+            layers_fd = os.open(spec.layers, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            pass_fds.append(layers_fd)
+            argv += ["--dir", WS_RUN, "--dir", WS_KEEP, "--ro-bind-fd", str(layers_fd), WS_LAYERS]
         # the jail's own root, /dev and mount points must not carry state between runs
         argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
         argv += ["--chdir", "/", self.python, "-s", "-B", f"{ZYGOTE_DIR}/_zygote.py"]
@@ -137,6 +149,7 @@ class JailTier(Tier):
             "tmpfs_inodes": True,  # bound each run's tmpfs inodes too (see _zygote)
             "env": {**BASE_ENV, "HOME": WORKDIR},
             "forker": True,  # runs forked from a clean image (_zygote.Zygote.start_forker)
+            "workspaces": spec.layers is not None,
         }
         return Launch(
             argv=argv,
@@ -144,7 +157,7 @@ class JailTier(Tier):
             config=config,
             uid=uid,
             cgroup=cgroup,
-            pass_fds=list(memfds.values()),
+            pass_fds=pass_fds,
             uid_lock=lock,
         )
 
