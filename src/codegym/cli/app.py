@@ -8,6 +8,7 @@ from codegym.cli import (
     compare_cmd,
     demo_cmd,
     eval_cmd,
+    image_cmd,
     report_cmd,
     rollout_cmd,
     sandbox_cmd,
@@ -26,6 +27,7 @@ app = typer.Typer(
 )
 sandbox_cmd.app.command("serve")(serve_cmd.serve)
 app.add_typer(sandbox_cmd.app, name="sandbox")
+app.add_typer(image_cmd.app, name="image")
 app.command("score")(score_cmd.score)
 app.command("eval")(eval_cmd.eval_)
 app.command("compare")(compare_cmd.compare)

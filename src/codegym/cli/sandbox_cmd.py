@@ -75,3 +75,86 @@ def run(
 async def _run_one(tier: str, code: str | bytes, stdin: bytes, limits: Limits):  # type: ignore[no-untyped-def]
     async with Sandbox(tier=tier, workers=1) as sb:
         return await sb.run_python(code, stdin, limits=limits)
+
+
+@app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exec_(
+    ctx: typer.Context,
+    image: Annotated[str, typer.Option(help="Image reference (digest, prefix or name).")],
+    copies: Annotated[int, typer.Option(help="Fresh workspaces to run the command in.")] = 1,
+    workers: Annotated[
+        int | None, typer.Option(help="Jails to run them [default: copies, at most the CPUs].")
+    ] = None,
+    cache: Annotated[Path | None, typer.Option(help="Image cache folder.")] = None,
+    cpu_s: Annotated[float, typer.Option(help="CPU seconds per copy.")] = 60.0,
+    wall_s: Annotated[float | None, typer.Option(help="Wall-clock limit per copy.")] = None,
+    memory_mb: Annotated[int, typer.Option(help="Memory limit per copy, MB.")] = 2048,
+    disk_mb: Annotated[int, typer.Option(help="Writable space per copy, MB.")] = 256,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Run a command (after `--`) in fresh copy-on-write workspaces of an image, at once.
+
+    Each copy starts from the image's state, in its source root, with no network; what it
+    writes is gone afterwards. Prints each copy's verdict and time, and the total.
+    """
+    import os
+
+    from codegym.sandbox.images import ImageError, ImageStore
+
+    argv = list(ctx.args)
+    if not argv:
+        fail("give the command after `--`, e.g. codegym sandbox exec --image REF -- pytest -q")
+    if not 1 <= copies <= 1024:
+        fail(f"--copies {copies}: use 1..1024")
+    n_workers = workers or min(copies, os.cpu_count() or 1)
+    try:
+        store = ImageStore(cache)
+        img = store.get(image)
+        limits = Limits(cpu_s=cpu_s, wall_s=wall_s, memory_mb=memory_mb, disk_mb=disk_mb)
+        results, total = asyncio.run(_exec_copies(store, img, argv, copies, n_workers, limits))
+    except (HostUnsupported, SandboxInputError, ImageError) as e:
+        fail(str(e))
+    if as_json:
+        out = {
+            "image": img.digest,
+            "command": argv,
+            "copies": [
+                {
+                    "verdict": r.verdict.value,
+                    "exit_code": r.exit_code,
+                    "wall_s": r.wall_s,
+                    "cpu_s": r.cpu_s,
+                    "seconds": t,
+                    "reason": r.reason,
+                    "stdout": r.stdout,
+                    "stderr": r.stderr,
+                }
+                for r, t in results
+            ],
+            "total_s": total,
+        }
+        typer.echo(json.dumps(out))
+    else:
+        for i, (r, t) in enumerate(results):
+            tail = r.stdout.strip().splitlines()[-1:] or r.stderr.strip().splitlines()[-1:]
+            typer.echo(
+                f"copy {i}: {r.verdict.value} exit={r.exit_code} {t * 1000:.0f} ms"
+                f"{'  ' + r.reason if r.reason else ''}{'  | ' + tail[0][:120] if tail else ''}"
+            )
+        typer.echo(f"total: {copies} copies in {total * 1000:.0f} ms")
+    raise typer.Exit(0 if all(r.ok for r, _ in results) else 1)
+
+
+async def _exec_copies(store, img, argv, copies, workers, limits):  # type: ignore[no-untyped-def]
+    import time
+
+    async with Sandbox(workers=workers, images=store) as sb:
+
+        async def one():  # type: ignore[no-untyped-def]
+            t = time.perf_counter()
+            r = await sb.run(argv, limits=limits, workspace=img)
+            return r, time.perf_counter() - t
+
+        start = time.perf_counter()
+        results = await asyncio.gather(*(one() for _ in range(copies)))
+        return results, time.perf_counter() - start

@@ -198,6 +198,13 @@ def _build_jail(store: ImageStore) -> list[str]:
             argv += ["--ro-bind", str(target), f"/{link}"]
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", ROOT]
     argv += ["--bind", str(store.root / "pip-cache"), "/tmp/pip-cache"]
+    # the host's pip settings (extra indexes, constraints, find-links) are not the spec's:
+    # only an index the caller names explicitly carries over (a mirror; hashes still pin)
+    argv += ["--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8"]
+    argv += ["--setenv", "PIP_CONFIG_FILE", "/dev/null", "--setenv", "PIP_NO_INPUT", "1"]
+    for name in ("PIP_INDEX_URL", "https_proxy", "HTTPS_PROXY", "SSL_CERT_FILE"):
+        if os.environ.get(name):
+            argv += ["--setenv", name, os.environ[name]]
     argv += ["--setenv", "HOME", "/tmp", "--setenv", "PIP_CACHE_DIR", "/tmp/pip-cache"]
     argv += ["--setenv", "PYTHONHASHSEED", "0", "--setenv", "SOURCE_DATE_EPOCH", "315532800"]
     argv += ["--chdir", "/tmp"]
