@@ -15,11 +15,18 @@ import pytest_asyncio
 from adversary_kit import Clean
 
 from codegym.sandbox import HostUnsupported, Sandbox
+from workspace_kit import WorkspaceSandbox
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def sb() -> AsyncIterator[Sandbox]:
-    box = Sandbox(tier="jail", workers=2)
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["tmpfs", "workspace"])
+async def sb(request: pytest.FixtureRequest, tiny_image) -> AsyncIterator[Sandbox]:  # type: ignore[no-untyped-def]
+    """The pool; each module's tests run twice: in the plain tmpfs work dir, and in fresh
+    copy-on-write workspaces of an image (``workspace_kit``)."""
+    if request.param == "workspace":
+        store, image = tiny_image
+        box: Sandbox = WorkspaceSandbox(image, store, tier="jail", workers=2)
+    else:
+        box = Sandbox(tier="jail", workers=2)
     try:
         await box.start()
     except HostUnsupported as e:

@@ -12,6 +12,8 @@ import pytest
 from adversary_kit import LIMITS, Clean
 
 from codegym.sandbox import Limits, Sandbox, Verdict
+from codegym.sandbox.images.layers import layer_owner
+from workspace_kit import WorkspaceSandbox
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -39,6 +41,10 @@ WANT_ONE = dedent("""
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a uid per worker needs root")
 async def test_one_run_cannot_starve_another_of_inotify(sb: Sandbox, clean: Clean) -> None:
+    if isinstance(sb, WorkspaceSandbox):
+        # A known weakness, documented in docs/sandbox.md: workspace workers share the
+        # layers' owner uid, so per-user kernel counts are shared. Strict: a fix flips it.
+        pytest.xfail("workspace workers share one host uid (per-user inotify count)")
     lim = Limits(cpu_s=2, wall_s=8, open_files=4096)
     hoarder = asyncio.create_task(sb.run_python(HOARD, limits=lim, argv=["3"]))
     await asyncio.sleep(1.0)  # the hoarder holds them now (its run lasts 3 s)
@@ -51,12 +57,17 @@ async def test_one_run_cannot_starve_another_of_inotify(sb: Sandbox, clean: Clea
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a uid per worker needs root")
 async def test_each_worker_runs_under_a_host_uid_of_its_own(sb: Sandbox) -> None:
+    """Plain workers each claim a uid; workspace workers all run as the layers' owner
+    (overlayfs in a user namespace copies up only files of a uid the jail maps)."""
     uids = []
     for w in sb._workers:  # as the host sees them (inside, every run is uid 1000)
         assert w.proc is not None
         with open(f"/proc/{w.proc.pid}/status") as f:
             line = next(x for x in f if x.startswith("Uid:"))
         uids.append(int(line.split()[1]))
+    if isinstance(sb, WorkspaceSandbox):
+        assert set(uids) == {layer_owner()} and 0 not in uids, uids
+        return
     assert len(set(uids)) == len(uids) and 0 not in uids, uids
 
 
@@ -70,6 +81,13 @@ async def test_the_host_s_boot_line_and_paths_stay_hidden(sb: Sandbox, clean: Cl
     cmdline, mounts = r.stdout.split("\n", 1)
     assert cmdline == "''"
     here = os.path.dirname(os.path.abspath(__file__))
+    if isinstance(sb, WorkspaceSandbox):
+        # The one host path a workspace run sees, documented in docs/sandbox.md: the
+        # image cache's layers folder, bound read-only (the overlay's lower layers).
+        layers = [line for line in mounts.splitlines() if " /.ws/layers " in line]
+        assert [line.split()[3] for line in layers] == [str(sb.images.layers_dir)], layers
+        mounts = "\n".join(line for line in mounts.splitlines() if line not in layers)
+        assert "/.ws/keep/" not in mounts and " /.ws/run " not in mounts, mounts
     for secret in (tempfile.gettempdir() + "/", here, "codegym_zygote", "/sys/fs/cgroup"):
         assert secret not in mounts, (secret, mounts)
     await clean()

@@ -39,13 +39,16 @@ from codegym.sandbox import (
     Sandbox,
     Verdict,
 )
+from codegym.sandbox.images.layers import layer_owner
 from codegym.sandbox.tier import sandbox_uid, sandbox_uids
+from workspace_kit import WorkspaceSandbox
 
 MEMORY_MB = 128
 LIMITS = Limits(cpu_s=1, wall_s=3, memory_mb=MEMORY_MB, output_bytes=1 << 16)
 SHORT = Limits(cpu_s=1, wall_s=1.5, memory_mb=MEMORY_MB, output_bytes=1 << 16)
 UID = sandbox_uid() if os.geteuid() == 0 else os.geteuid()  # the first pool's first worker
-UIDS = set(sandbox_uids()) if os.geteuid() == 0 else {os.geteuid()}
+# every uid a worker may run as: a claimed one, or the layer owner for workspaces
+UIDS = {*sandbox_uids(), layer_owner()} if os.geteuid() == 0 else {os.geteuid()}
 REPO = Path(codegym.__file__).resolve().parents[2]
 SECRET_VAR = "CODEGYM_HOSTILE_SECRET"
 SECRET = f"s3cret-{uuid.uuid4().hex}"
@@ -263,9 +266,16 @@ def _refused(r: ExecResult, *how: str) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def _private_sandbox() -> AsyncIterator[Sandbox]:
-    """A one-worker pool for a test that may leave its worker damaged."""
-    async with Sandbox(tier="jail", workers=1) as box:
+async def _private_sandbox(like: Sandbox) -> AsyncIterator[Sandbox]:
+    """A one-worker pool for a test that may leave its worker damaged, of the same kind
+    as ``like`` (plain, or running in workspaces: see ``workspace_kit``)."""
+    image = getattr(like, "image", None)
+    box = (
+        WorkspaceSandbox(image, like.images, tier="jail", workers=1)
+        if isinstance(like, WorkspaceSandbox)
+        else Sandbox(tier="jail", workers=1)
+    )
+    async with box:
         (seen,) = await _probe_every_worker(box)
         assert seen == _baseline, _diff(seen, _baseline)
         yield box

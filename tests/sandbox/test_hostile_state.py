@@ -187,7 +187,7 @@ async def test_poison_the_process_state(sb: Sandbox) -> None:
 
 
 async def test_poison_the_jail_root_fs(sb: Sandbox) -> None:
-    async with _private_sandbox() as box:
+    async with _private_sandbox(sb) as box:
         code = ATTEMPT + dedent(r"""
             for d in ('/', '/etc', '/dev', '/run', '/opt', '/opt/codegym'):
                 attempt(d, lambda: open(os.path.join(d, 'poison'), 'w'))
@@ -198,7 +198,7 @@ async def test_poison_the_jail_root_fs(sb: Sandbox) -> None:
 
 
 async def test_poison_a_stdlib_module_for_the_next_run(sb: Sandbox) -> None:
-    async with _private_sandbox() as box:
+    async with _private_sandbox(sb) as box:
         plant = ATTEMPT + dedent(r"""
             for d in sys.path:
                 attempt(d, lambda: open(os.path.join(d or '.', 'shlex.py'), 'w').write(
@@ -210,7 +210,7 @@ async def test_poison_a_stdlib_module_for_the_next_run(sb: Sandbox) -> None:
 
 
 async def test_poison_ld_so_preload_for_the_next_run(sb: Sandbox) -> None:
-    async with _private_sandbox() as box:
+    async with _private_sandbox(sb) as box:
         plant = ATTEMPT + (
             "attempt('preload', lambda: open('/etc/ld.so.preload', 'w').write('/tmp/x.so'))\n"
         )
@@ -376,7 +376,7 @@ async def test_hung_program_does_not_block_the_pool(sb: Sandbox) -> None:
 
 
 async def test_a_larger_memory_limit_needs_no_worker_restart(sb: Sandbox) -> None:
-    async with _private_sandbox() as box:
+    async with _private_sandbox(sb) as box:
         for memory_mb in (MEMORY_MB, 4 * MEMORY_MB):
             r = await box.run_python("print(1)", limits=Limits(memory_mb=memory_mb))
             assert r.verdict == Verdict.OK
@@ -449,7 +449,7 @@ async def test_invalid_limits(sb: Sandbox, kwargs: dict[str, object]) -> None:
     (field,) = kwargs
     with pytest.raises(SandboxInputError, match=rf"Limits\.{field}"):
         limits = Limits(**kwargs)  # type: ignore[arg-type]
-        async with _private_sandbox() as box:  # limits that get this far must not hurt `sb`
+        async with _private_sandbox(sb) as box:  # limits that get this far must not hurt `sb`
             await box.run_python("print(1)", limits=limits)
     await _aftermath(sb, snap)
 

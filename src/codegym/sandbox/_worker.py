@@ -51,7 +51,7 @@ class Worker:
         self._drain: asyncio.Task[None] | None = None
         self.busy = asyncio.Lock()  # one request at a time (a kept workspace's runs wait here)
         self.generation = 0  # bumped at each start: kept workspaces die with their zygote
-        self.kept: set[str] = set()  # ids of the kept workspaces this zygote holds
+        self.kept: dict[str, int] = {}  # the kept workspaces this zygote holds: id -> MB
 
     @property
     def alive(self) -> bool:

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import errno
 import fcntl
 import gc
 import json
@@ -86,7 +87,8 @@ _libc = ctypes.PyDLL(None, use_errno=True)  # PyDLL: no GIL hand-off per call
 # the uppers of kept workspaces, all under one folder a run hides once it has mounted
 WS_DIR = "/.ws"
 WS_LAYERS, WS_RUN, WS_KEEP = f"{WS_DIR}/layers", f"{WS_DIR}/run", f"{WS_DIR}/keep"
-MNT_DETACH = 2
+MNT_DETACH, MS_REMOUNT = 2, 32
+KEEP_SPARE_INODES = 1024  # lent to a full kept workspace, in all, so its runs still mount
 E_ENDS = ("out_w", "err_w", "result_w", "ready_w", "req_r", "call")
 
 
@@ -278,6 +280,7 @@ class Zygote:
         try:
             channel = self.harness.Channel(secret)  # empties ``secret``
             disk_mb, ws = _parse_shape(shape)
+            full = ""
             if self.namespaces:
                 # inodes bounded too where the kernel takes it (not gVisor's tmpfs):
                 # tearing down millions of empty files took seconds
@@ -289,7 +292,7 @@ class Zygote:
                 for where in fresh:
                     _mount(b"tmpfs", where, b"tmpfs", MS_NOSUID | MS_NODEV, size)
                 if ws is not None:
-                    self._mount_workspace(ws, size)
+                    full = self._mount_workspace(ws, size)
                 _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
                 # the host's kernel command line is none of the program's business
                 _mount(b"/dev/null", b"/proc/cmdline", None, MS_BIND, None)
@@ -325,7 +328,7 @@ class Zygote:
             if req.get("stdin") is not None:
                 os.write(0, blobs[req["stdin"]])
                 os.lseek(0, 0, 0)
-            failed = self.harness.write_files(".", req.get("files", []), blobs)
+            failed = full or self.harness.write_files(".", req.get("files", []), blobs)
             if failed:
                 os.write(4, b"F" + failed.encode("utf-8", "replace")[:2000])
                 os._exit(125)
@@ -350,7 +353,7 @@ class Zygote:
             code = 125
         os._exit(code)
 
-    def _mount_workspace(self, ws: dict, size: bytes) -> None:
+    def _mount_workspace(self, ws: dict, size: bytes) -> str:
         """Mount the run's workspace at the work dir: the image's layers, read-only, under
         a writable upper (a fresh tmpfs of the run's size, or a kept workspace's), then
         cover the folder that holds them: the overlay keeps what it needs, and the
@@ -362,10 +365,31 @@ class Zygote:
             os.mkdir(f"{root}/u", 0o755)
             os.mkdir(f"{root}/w", 0o700)
         lower = ":".join(f"{WS_LAYERS}/{h}" for h in reversed(ws["layers"]))
-        opts = f"lowerdir={lower},upperdir={root}/u,workdir={root}/w,userxattr"
-        _mount(b"overlay", self.workdir.encode(), b"overlay", MS_NOSUID | MS_NODEV, opts.encode())
+        opts = f"lowerdir={lower},upperdir={root}/u,workdir={root}/w,userxattr".encode()
+        flags = MS_NOSUID | MS_NODEV
+        full = ""
+        if _libc.mount(b"overlay", self.workdir.encode(), b"overlay", flags, opts) != 0:
+            err = ctypes.get_errno()
+            if not (keep and err == errno.ENOSPC and self.cfg.get("tmpfs_inodes")):
+                _check(-1, "mount the workspace")
+            # the workspace's runs used every inode, and overlayfs needs a few to mount:
+            # lend it some (at most KEEP_SPARE_INODES over the quota, ever), else the
+            # workspace is the program's own dead end, never a failure of ours
+            files = os.statvfs(root).f_files
+            if files < int(ws.get("inodes", 0)) + KEEP_SPARE_INODES:
+                more = f"nr_inodes={files + 64}".encode()
+                _mount(b"none", root.encode(), None, MS_REMOUNT | flags, more)
+            if _libc.mount(b"overlay", self.workdir.encode(), b"overlay", flags, opts) != 0:
+                full = "the workspace has no free inodes left: remove files to go on"
+        # what the overlay is made of stays out of sight: the kept uppers (this one's and
+        # its neighbours') and the run's tmpfs are detached from this run's namespace (the
+        # overlay holds what it needs), and the folder under them is covered
+        _libc.umount2(WS_KEEP.encode(), MNT_DETACH)
+        if not keep:
+            _libc.umount2(root.encode(), MNT_DETACH)
         hide = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
         _mount(b"tmpfs", WS_DIR.encode(), b"tmpfs", hide, b"size=4k,mode=0")
+        return full
 
     # -- the zygote side ------------------------------------------------
 
@@ -1052,6 +1076,9 @@ def _parse_shape(shape: str) -> tuple[int, dict | None]:
     return int(disk_mb), ws
 
 
+EXPORT_MAX_PATH = 3000  # a layer's paths must fit the host's PATH_MAX under its cache
+
+
 def _export(upper: str, max_bytes: int) -> tuple[dict, list[bytes]]:
     """A kept workspace's upper as entries and blobs: what the workspace changed, for a
     patch or a new layer. The program made this tree: nothing is followed (symlinks are
@@ -1060,13 +1087,18 @@ def _export(upper: str, max_bytes: int) -> tuple[dict, list[bytes]]:
 
     entries: list[list] = []
     blobs: list[bytes] = []
-    total = 0
+    total = 0  # bytes the answer will take: contents, and names as JSON escapes them
     stack = [""]
     while stack:
         rel = stack.pop()
         for name in sorted(os.listdir(f"{upper}/{rel}" if rel else upper)):
             sub = f"{rel}/{name}" if rel else name
             full = f"{upper}/{sub}"
+            total += 6 * len(sub) + 32
+            if len(full) > EXPORT_MAX_PATH:
+                return {"refused": f"a path in the workspace is longer than {EXPORT_MAX_PATH}"}, []
+            if total > max_bytes:
+                return {"refused": f"the workspace holds more than {max_bytes} bytes"}, []
             st = os.lstat(full)
             mode = st.st_mode
             if st_.S_ISDIR(mode):
@@ -1079,7 +1111,7 @@ def _export(upper: str, max_bytes: int) -> tuple[dict, list[bytes]]:
             elif st_.S_ISREG(mode):
                 total += st.st_size
                 if total > max_bytes:
-                    return {"error": f"the workspace holds more than {max_bytes} bytes"}, []
+                    return {"refused": f"the workspace holds more than {max_bytes} bytes"}, []
                 fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
                 try:
                     data = os.read(fd, st.st_size + 1)

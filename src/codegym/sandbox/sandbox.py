@@ -205,6 +205,8 @@ class Sandbox:
             warnings.warn(tier.warning, stacklevel=2)
             log.warning(tier.warning)
         self._tier = tier
+        if self.images is not None:
+            self.images.check_reachable()
         await asyncio.to_thread(sweep_stale)  # what pools of killed owners left behind
         self._bpf = _seccomp.deny_list_bpf()
         tag = f"{os.getpid()}-{next(_POOL_TAGS):x}"
@@ -411,6 +413,8 @@ class Sandbox:
             img, keep = self._image(where), None
         hexes = [d.removeprefix("sha256:") for d in img.layers]
         req["workspace"] = {"layers": hexes, "keep": keep}
+        if isinstance(where, Workspace):
+            req["workspace"]["inodes"] = where.disk_mb * 1024  # its tmpfs's quota
         req["env"] = {**img.env, "HOME": "/tmp"}
         if req.get("mode") == "python":
             major_minor = ".".join(img.python.split(".")[:2])
@@ -508,7 +512,10 @@ class Sandbox:
             cg = worker.cgroup
             try:
                 if cg is not None:
-                    cg.prepare(limits.memory_mb, limits.max_processes)
+                    # kept workspaces' files stay charged to the run slot that wrote them:
+                    # the limit makes room for them all, so no run is cut short by them
+                    kept_mb = sum(worker.kept.values())
+                    cg.prepare(limits.memory_mb + kept_mb, limits.max_processes)
                 reply, out = await worker.call(req, blobs, deadline + GRACE_S)
                 stats = cg.run_stats() if cg is not None else None
             except (WorkerCrashed, OSError) as e:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from codegym.sandbox._worker import Worker, WorkerCrashed
 from codegym.sandbox.errors import SandboxClosed, SandboxInfraError, WorkspaceError
 from codegym.sandbox.images import layers as _layers
 from codegym.sandbox.images.changes import Changes, LowerView, patch, write_layer
+from codegym.sandbox.images.errors import ImageBuildError
 from codegym.sandbox.images.store import Image, image_digest
 from codegym.sandbox.limits import Limits
 from codegym.sandbox.result import ExecResult, Verdict
@@ -127,6 +129,14 @@ class Workspace:
             try:
                 write_layer(changes, tree)
                 layer = _layers.publish(tree, store.layers_dir)
+            except OSError as e:
+                _layers.remove_tree(tree)
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise ImageBuildError(
+                        f"the disk under {store.root} filled while freezing workspace "
+                        f"{self.id}: free space (`codegym image gc`) and freeze again"
+                    ) from None
+                raise WorkspaceError(f"workspace {self.id} cannot be frozen: {e}") from None
             except BaseException:
                 _layers.remove_tree(tree)
                 raise
@@ -155,7 +165,7 @@ class Workspace:
         if self.worker.alive and self.worker.generation == self.generation:
             with contextlib.suppress(SandboxInfraError, WorkspaceError):
                 await self._ask({"op": "ws_close"}, allow_closed=True)
-        self.worker.kept.discard(self.id)
+        self.worker.kept.pop(self.id, None)
 
     async def _open(self) -> None:
         async with self.worker.busy:
@@ -166,7 +176,7 @@ class Workspace:
                     raise SandboxInfraError(f"no worker for a workspace: {e}") from None
             self.generation = self.worker.generation
             await self._ask_locked({"op": "ws_open", "disk_mb": self.disk_mb})
-            self.worker.kept.add(self.id)
+            self.worker.kept[self.id] = self.disk_mb
 
     async def _execute(
         self,
@@ -202,11 +212,10 @@ class Workspace:
         except (WorkerCrashed, OSError) as e:
             await self.worker.stop()
             raise SandboxInfraError(f"workspace {self.id}: {e}") from None
-        err = reply.get("error")
-        if err is not None:
-            if "holds more than" in str(err):
-                raise WorkspaceError(f"workspace {self.id}: {err}")
-            raise SandboxInfraError(f"workspace {self.id}: {err}")
+        if reply.get("refused") is not None:  # what the workspace holds: the program's doing
+            raise WorkspaceError(f"workspace {self.id}: {reply['refused']}")
+        if reply.get("error") is not None:
+            raise SandboxInfraError(f"workspace {self.id}: {reply['error']}")
         return reply, blobs
 
     def _store(self):  # type: ignore[no-untyped-def]

@@ -10,9 +10,12 @@ layer of its own that a new image stacks on its parent's (``freeze``).
 
 from __future__ import annotations
 
+import base64
 import difflib
+import hashlib
 import os
 import stat
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,28 +187,69 @@ def _text(data: bytes) -> list[str] | None:
         return None
 
 
+_ESCAPES = {7: "a", 8: "b", 9: "t", 10: "n", 11: "v", 12: "f", 13: "r", 34: '"', 92: "\\"}
+
+
+def _quoted(prefix: str, rel: str) -> str:
+    """A path as git writes it in a patch: C-quoted when it holds a control character, a
+    quote, a backslash or a non-ASCII byte (so a name cannot inject patch lines)."""
+    raw = (prefix + rel).encode("utf-8", "surrogateescape")
+    if all(32 <= b < 127 and b not in (34, 92) for b in raw):
+        return raw.decode()
+    out = []
+    for b in raw:
+        if b in _ESCAPES:
+            out.append("\\" + _ESCAPES[b])
+        elif 32 <= b < 127:
+            out.append(chr(b))
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def _blob_id(data: bytes | None) -> str:
+    if data is None:
+        return "0" * 40
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+def _binary(data: bytes) -> list[str]:
+    """One side of a git binary patch: the data, zlib-deflated, base85 in 52-byte lines."""
+    packed = zlib.compress(data, 9)
+    lines = [f"literal {len(data)}\n"]
+    for i in range(0, len(packed), 52):
+        chunk = packed[i : i + 52]
+        n = len(chunk)
+        mark = chr(ord("A") + n - 1) if n <= 26 else chr(ord("a") + n - 27)
+        lines.append(mark + base64.b85encode(chunk, pad=True).decode() + "\n")
+    return [*lines, "\n"]
+
+
 def _file_patch(rel: str, before: tuple[int, bytes] | None, after: tuple[int, bytes] | None) -> str:
-    head = [f"diff --git a/{rel} b/{rel}\n"]
     if before is None and after is None:
         return ""
+    if before is not None and before == after:
+        return ""
+    head = [f"diff --git {_quoted('a/', rel)} {_quoted('b/', rel)}\n"]
     if before is None:
         assert after is not None
         head.append(f"new file mode {after[0]:o}\n")
     elif after is None:
         head.append(f"deleted file mode {before[0]:o}\n")
-    else:
-        if before == after:
-            return ""
-        if before[0] != after[0]:
-            head += [f"old mode {before[0]:o}\n", f"new mode {after[0]:o}\n"]
+    elif before[0] != after[0]:
+        head += [f"old mode {before[0]:o}\n", f"new mode {after[0]:o}\n"]
         if before[1] == after[1]:
             return "".join(head)
     a = _text(before[1]) if before else []
     b = _text(after[1]) if after else []
     if a is None or b is None:
-        return "".join(head) + f"Binary files a/{rel} and b/{rel} differ\n"
-    src = f"a/{rel}" if before else "/dev/null"
-    dst = f"b/{rel}" if after else "/dev/null"
+        # git's own binary form, with the full index line `git apply` asks for
+        old, new = (before[1] if before else None), (after[1] if after else None)
+        head.append(f"index {_blob_id(old)}..{_blob_id(new)}\n")
+        body = ["GIT binary patch\n", *_binary(new or b""), *_binary(old or b"")]
+        return "".join(head + body)
+    src = _quoted("a/", rel) if before else "/dev/null"
+    dst = _quoted("b/", rel) if after else "/dev/null"
     body = [f"--- {src}\n", f"+++ {dst}\n"]
     for line in list(difflib.unified_diff(a, b, n=3))[2:]:
         body.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")

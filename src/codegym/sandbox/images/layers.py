@@ -113,7 +113,8 @@ def digest(root: Path) -> str:
             line = "w"
         else:
             line = f"? {stat.S_IFMT(st.st_mode)}"
-        h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + line.encode() + b"\n")
+        line_b = line.encode("utf-8", "surrogateescape")  # link targets need not be UTF-8
+        h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + line_b + b"\n")
     return "sha256:" + h.hexdigest()
 
 
@@ -163,6 +164,8 @@ def remove_tree(path: Path) -> None:
         return
     for dirpath, dirnames, _ in os.walk(path):
         for d in dirnames:
-            with contextlib.suppress(OSError):
-                os.chmod(os.path.join(dirpath, d), 0o755, follow_symlinks=False)
+            p = os.path.join(dirpath, d)
+            if not os.path.islink(p):
+                with contextlib.suppress(OSError):
+                    os.chmod(p, 0o755)
     shutil.rmtree(path, ignore_errors=True)

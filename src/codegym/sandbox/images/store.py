@@ -82,8 +82,14 @@ def image_digest(python: str, layers: list[str] | tuple[str, ...], env: dict[str
 
 
 def default_cache() -> Path:
+    """``$CODEGYM_IMAGE_CACHE``, else ``~/.cache/codegym/images`` (``/var/cache/codegym/
+    images`` as root: the workers' uid must walk to it, and root's home is closed)."""
     env = os.environ.get("CODEGYM_IMAGE_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "codegym" / "images"
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/var/cache/codegym/images")
+    return Path.home() / ".cache" / "codegym" / "images"
 
 
 class ImageStore:
@@ -103,10 +109,28 @@ class ImageStore:
             "pip-cache",
         ):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        # workers get the layers as an open folder (bwrap --ro-bind-fd): the path above
-        # it need not be one they could walk
         with contextlib.suppress(OSError):
             os.chmod(self.layers_dir, 0o755)
+
+    def check_reachable(self) -> None:
+        """Raise unless the workers' uid (``layer_owner``) can walk to the layers.
+
+        Raises:
+            SandboxInputError: a folder on the way is closed to that uid; says which.
+        """
+        from codegym.sandbox.errors import SandboxInputError
+
+        uid = _layers.layer_owner()
+        if os.geteuid() != 0 or uid == os.geteuid():
+            return
+        for folder in [*reversed(self.layers_dir.parents), self.layers_dir]:
+            st = folder.stat()
+            if not (st.st_mode & 0o001 or (st.st_uid == uid and st.st_mode & 0o100)):
+                raise SandboxInputError(
+                    f"the image cache {self.root} is under {folder}, which the sandbox uid "
+                    f"{uid} cannot enter: put the cache elsewhere (CODEGYM_IMAGE_CACHE, "
+                    f"e.g. /var/cache/codegym/images) or `chmod o+x {folder}`"
+                )
 
     @property
     def layers_dir(self) -> Path:

@@ -131,10 +131,7 @@ class JailTier(Tier):
                 argv += ["--ro-bind", str(path), counters[name]]
         pass_fds = list(memfds.values())
         if spec.layers is not None:
-            # an open folder, so the path above it need not be one the worker could walk
-            layers_fd = os.open(spec.layers, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            pass_fds.append(layers_fd)
-            argv += ["--dir", WS_RUN, "--dir", WS_KEEP, "--ro-bind-fd", str(layers_fd), WS_LAYERS]
+            argv += ["--dir", WS_RUN, "--dir", WS_KEEP, "--ro-bind", spec.layers, WS_LAYERS]
         # the jail's own root, /dev and mount points must not carry state between runs
         argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
         argv += ["--chdir", "/", self.python, "-s", "-B", f"{ZYGOTE_DIR}/_zygote.py"]
