@@ -63,11 +63,13 @@ def ls(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per image.")] = False,
 ) -> None:
     """List the images in the cache, oldest first."""
+    from codegym.sandbox.images import ImageNotFound
+
     store = _store(cache)
     for img in store.images():
         try:
             size = store.size(img)
-        except Exception:
+        except ImageNotFound:  # a layer is gone (removed by hand): say so, list the rest
             size = -1
         if as_json:
             typer.echo(json.dumps({**img.manifest(), "bytes": size}))

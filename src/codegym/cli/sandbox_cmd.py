@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from codegym.cli._common import console, fail
-from codegym.sandbox import HostUnsupported, Limits, Sandbox, SandboxInputError
+from codegym.sandbox import ExecResult, HostUnsupported, Limits, Sandbox, SandboxInputError
 from codegym.sandbox.tiers import TIER_NAMES, make_tier
+
+if TYPE_CHECKING:
+    from codegym.sandbox.images import Image, ImageStore
 
 app = typer.Typer(
     help="Run code in the sandbox; check what this host supports.", no_args_is_help=True
@@ -145,12 +148,14 @@ def exec_(
     raise typer.Exit(0 if all(r.ok for r, _ in results) else 1)
 
 
-async def _exec_copies(store, img, argv, copies, workers, limits):  # type: ignore[no-untyped-def]
+async def _exec_copies(
+    store: ImageStore, img: Image, argv: list[str], copies: int, workers: int, limits: Limits
+) -> tuple[list[tuple[ExecResult, float]], float]:
     import time
 
     async with Sandbox(workers=workers, images=store) as sb:
 
-        async def one():  # type: ignore[no-untyped-def]
+        async def one() -> tuple[ExecResult, float]:
             t = time.perf_counter()
             r = await sb.run(argv, limits=limits, workspace=img)
             return r, time.perf_counter() - t

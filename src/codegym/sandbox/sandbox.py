@@ -27,11 +27,11 @@ from codegym.sandbox.errors import (
     SandboxInputError,
 )
 from codegym.sandbox.images.store import MAX_LAYERS, VENV, Image, ImageStore
-from codegym.sandbox.workspace import Workspace
 from codegym.sandbox.limits import MAX_CODE_BYTES, MAX_INPUT_BYTES, Limits, check_path
 from codegym.sandbox.result import ExecResult, Verdict
 from codegym.sandbox.tier import Tier, WorkerSpec, sweep_stale
 from codegym.sandbox.tiers import TIER_NAMES, make_tier
+from codegym.sandbox.workspace import Workspace
 from codegym.telemetry import metrics as _metrics  # telemetry: metrics and spans
 from codegym.telemetry.tracing import set_error, span
 

@@ -27,7 +27,7 @@ from codegym.sandbox.errors import SandboxClosed, SandboxInfraError, WorkspaceEr
 from codegym.sandbox.images import layers as _layers
 from codegym.sandbox.images.changes import Changes, LowerView, patch, write_layer
 from codegym.sandbox.images.errors import ImageBuildError
-from codegym.sandbox.images.store import Image, image_digest
+from codegym.sandbox.images.store import Image, ImageStore, image_digest
 from codegym.sandbox.limits import Limits
 from codegym.sandbox.result import ExecResult, Verdict
 
@@ -198,13 +198,15 @@ class Workspace:
     def _alive(self) -> bool:
         return self.worker.alive and self.worker.generation == self.generation
 
-    async def _ask(self, header: dict[str, Any], allow_closed: bool = False) -> tuple[dict, list]:
+    async def _ask(
+        self, header: dict[str, Any], allow_closed: bool = False
+    ) -> tuple[dict[str, Any], list[bytes]]:
         async with self.worker.busy:
             if self.closed and not allow_closed:
                 raise SandboxClosed(f"workspace {self.id} is closed")
             return await self._ask_locked(header)
 
-    async def _ask_locked(self, header: dict[str, Any]) -> tuple[dict, list]:
+    async def _ask_locked(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
         if not self._alive():
             raise SandboxInfraError(_lost().reason)
         try:
@@ -218,7 +220,7 @@ class Workspace:
             raise SandboxInfraError(f"workspace {self.id}: {reply['error']}")
         return reply, blobs
 
-    def _store(self):  # type: ignore[no-untyped-def]
+    def _store(self) -> ImageStore:
         assert self.pool.images is not None
         return self.pool.images
 

@@ -63,7 +63,7 @@ def build_image(
     """
     store = store or ImageStore()
     say = log or (lambda _m: None)
-    spec = ImageSpec.load(spec_path)
+    spec = ImageSpec.load(Path(spec_path))
     python = _interpreter(spec.python)
     version = subprocess.run(
         [python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
@@ -163,7 +163,8 @@ def _env_layer(python: str, version: str, lock: list[str], store: ImageStore, sa
             + f"{VENV}/bin/python -m compileall -q -j1 --invalidation-mode checked-hash "
             f"{VENV}/lib >/dev/null"
         )
-        argv = _build_jail(store) + [
+        argv = [
+            *_build_jail(store),
             "--bind", str(venv), VENV,
             "--ro-bind", str(tree.parent / f"{tree.name}.lock"), "/tmp/lock.txt",
             "/bin/sh", "-c", script,
@@ -222,11 +223,10 @@ def _pip_failure(output: str, lock: list[str]) -> str:
         what.append(f"{m.group(1)} cannot be resolved from the package index")
     if "DO NOT MATCH THE HASHES" in output:
         for line in output.splitlines():
-            m = re.match(r"\s+(\S+?)==\S+ from ", line)
-            if m:
-                what.append(
-                    f"{names.get(m.group(1).lower(), m.group(1))}: its hash does not match the lock"
-                )
+            bad = re.match(r"\s+(\S+?)==\S+ from ", line)
+            if bad:
+                name = names.get(bad.group(1).lower(), bad.group(1))
+                what.append(f"{name}: its hash does not match the lock")
     tail = "\n".join(output.strip().splitlines()[-12:])
     head = "; ".join(dict.fromkeys(what)) or "pip failed"
     return f"building the environment failed: {head}\n{tail}"
@@ -275,7 +275,8 @@ def _source_layer(spec: ImageSpec, store: ImageStore, say: Log) -> str:
 
 def _compile(tree: Path, python: str, store: ImageStore) -> None:
     """Compile the source's bytecode as it will be seen (under ``/work``), checked-hash."""
-    argv = _build_jail(store) + [
+    argv = [
+        *_build_jail(store),
         "--unshare-net", "--bind", str(tree), ROOT,
         python, "-m", "compileall", "-q", "-j1",
         "--invalidation-mode", "checked-hash", ROOT,

@@ -18,6 +18,7 @@ import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from codegym.sandbox.images import layers as _layers
 from codegym.sandbox.images.errors import ImageBuildError
@@ -32,7 +33,7 @@ class Changes:
     (extra: opaque), ``f`` (extra: index into ``blobs``), ``l`` (extra: the target) or
     ``w`` (a deletion), a folder before what it holds."""
 
-    entries: list[list]
+    entries: list[list[Any]]
     blobs: list[bytes]
 
     def paths(self) -> list[str]:
@@ -104,11 +105,11 @@ class LowerView:
                 blocked = blocked or _layers.is_opaque(anc)
             if found_all:
                 try:
-                    st = os.lstat(layer / rel)
+                    here = os.lstat(layer / rel)
                 except FileNotFoundError:
-                    st = None
-                if st is not None:
-                    return None if _layers.is_whiteout(st) else st
+                    pass
+                else:
+                    return None if _layers.is_whiteout(here) else here
             if blocked:
                 return None
         return None
