@@ -14,7 +14,13 @@ from codegym._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from codegym.service.app import ServiceConfig, create_app
-    from codegym.service.client import Batching, RemoteSandbox, RemoteSession, Retry
+    from codegym.service.client import (
+        Batching,
+        RemoteSandbox,
+        RemoteSession,
+        RemoteWorkspace,
+        Retry,
+    )
     from codegym.service.server import running, serve
 
 _LAZY = {
@@ -23,6 +29,7 @@ _LAZY = {
     "create_app": "codegym.service.app",
     "RemoteSandbox": "codegym.service.client",
     "RemoteSession": "codegym.service.client",
+    "RemoteWorkspace": "codegym.service.client",
     "Retry": "codegym.service.client",
     "running": "codegym.service.server",
     "serve": "codegym.service.server",
@@ -35,6 +42,7 @@ __all__ = [
     "Batching",
     "RemoteSandbox",
     "RemoteSession",
+    "RemoteWorkspace",
     "Retry",
     "ServiceConfig",
     "create_app",

@@ -43,6 +43,11 @@ def serve(
         int | None, typer.Option(help="Executions that may wait (default 4 × workers).")
     ] = None,
     max_sessions: Annotated[int, typer.Option(help="Open sessions at most.")] = 32,
+    image_cache: Annotated[
+        str | None,
+        typer.Option(help="Image cache for workspaces (`codegym image build --cache`)."),
+    ] = None,
+    max_workspaces: Annotated[int, typer.Option(help="Open kept workspaces at most.")] = 256,
     session_ttl: Annotated[
         float, typer.Option(help="Idle seconds before a session closes.")
     ] = 300.0,
@@ -60,7 +65,8 @@ def serve(
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
 ) -> None:
-    """Serve the sandbox over HTTP: run, batch tests, sessions, /metrics, /openapi.json."""
+    """Serve the sandbox over HTTP: run, batch tests, sessions, workspaces of images,
+    /metrics, /openapi.json."""
     from codegym.service.app import ServiceConfig
     from codegym.service.server import serve as run_server
 
@@ -82,6 +88,8 @@ def serve(
             workers=workers,
             queue=queue,
             max_sessions=max_sessions,
+            image_cache=image_cache,
+            max_workspaces=max_workspaces,
             session_ttl_s=session_ttl,
             max_body_bytes=int(max_body_mb * (1 << 20)),
             max_file_bytes=int(max_file_mb * (1 << 20)),

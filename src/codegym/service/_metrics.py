@@ -38,6 +38,9 @@ REJECTED = Counter(
     "Requests refused before running, by reason (overloaded = 429, draining = 503).",
     ["reason"],
 )
+WORKSPACES = Gauge(
+    "codegym_service_workspaces_open", "Kept workspaces (of images) open in the service."
+)
 SESSIONS = Gauge("codegym_service_sessions_open", "Sandbox sessions open.")
 SESSIONS_EXPIRED = Counter(
     "codegym_service_sessions_expired", "Sessions closed by the idle-TTL collector."

@@ -48,18 +48,16 @@ from pydantic import BaseModel
 
 from codegym.sandbox import (
     ExecResult,
-    FileTooLarge,
     Sandbox,
     SandboxClosed,
     SandboxError,
     SandboxInputError,
     Session,
-    WorkspaceError,
 )
-from codegym.sandbox.limits import check_path
 from codegym.service import _metrics as m
 from codegym.service._auth import RequireToken, document_token
 from codegym.service._control import Admission, IdempotencyStore, KeyReused, Overloaded, Reply
+from codegym.service._kept import Deps, add_kept_routes, add_workspace_routes
 from codegym.service.models import (
     CAPACITY_ADMITS,
     CAPACITY_WORKERS,
@@ -70,7 +68,6 @@ from codegym.service.models import (
     Data,
     ErrorBody,
     ExecResultModel,
-    FileWritten,
     Health,
     RunRequest,
     SessionCreate,
@@ -78,7 +75,7 @@ from codegym.service.models import (
     TestsRequest,
     decode_data,
 )
-from codegym.service.sessions import SessionLimit, SessionManager, UnknownSession
+from codegym.service.sessions import SessionLimit, SessionManager
 
 log = logging.getLogger("codegym.service")
 
@@ -99,6 +96,10 @@ class ServiceConfig:
     """Executions that may wait for a slot (default: 4 × workers); more get 429."""
     max_sessions: int = 32
     """Open sessions at most (each holds one warm jail)."""
+    image_cache: str | None = None
+    """The image cache whose images runs and kept workspaces may use (None: no images)."""
+    max_workspaces: int = 256
+    """Open kept workspaces at most (each a tmpfs in a pool worker; idle ones expire too)."""
     session_ttl_s: float = 300.0
     """Idle seconds before a session is closed."""
     max_body_bytes: int = 32 << 20
@@ -134,7 +135,7 @@ SandboxFactory = Callable[[ServiceConfig], Sandbox]
 
 
 def _default_sandbox(config: ServiceConfig) -> Sandbox:
-    return Sandbox(tier=config.tier, workers=config.workers)
+    return Sandbox(tier=config.tier, workers=config.workers, images=config.image_cache)
 
 
 class _State:
@@ -150,6 +151,9 @@ class _State:
             lambda disk_mb: Session(config.tier, disk_mb=disk_mb),
             config.max_sessions,
             config.session_ttl_s,
+        )
+        self.workspaces = SessionManager(
+            None, config.max_workspaces, config.session_ttl_s, "workspace", m.WORKSPACES
         )
         self.ready = False
         self.draining = False
@@ -260,6 +264,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.sandbox.start()
         state.sessions.start_collector()
+        state.workspaces.start_collector()
         state.ready = True
         log.info("sandbox service ready: %s tier, %d workers", config.tier, state.sandbox.size)
         try:
@@ -269,6 +274,7 @@ def create_app(
             state.ready = False
             await state.admission.drained()  # uvicorn already waited for open requests
             await state.sessions.close_all()
+            await state.workspaces.close_all()
             await state.sandbox.close()
 
     app = FastAPI(
@@ -364,23 +370,36 @@ def create_app(
             out[path] = data
         return out
 
-    async def execute(sb: Sandbox, req: RunRequest) -> ExecResult:
+    async def execute(sb: Any, req: RunRequest) -> ExecResult:
         limits = req.limits.to_limits()
         files = files_of(req.files)
         stdin = decode_data(req.stdin, "stdin")
         if (req.code is None) == (req.command is None):
             raise SandboxInputError("pass either code (Python) or command, not both or neither")
+        # a session or kept workspace is its own workspace; the pool takes an image's
+        where = {"workspace": req.workspace} if sb is state.sandbox and req.workspace else {}
+        result: ExecResult
         if req.code is not None:
-            return await sb.run_python(req.code, stdin, files=files, limits=limits, argv=req.argv)
-        assert req.command is not None
-        return await sb.run(req.command, stdin, files=files, limits=limits)
+            result = await sb.run_python(
+                req.code, stdin, files=files, limits=limits, argv=req.argv, **where
+            )
+        else:
+            assert req.command is not None
+            result = await sb.run(req.command, stdin, files=files, limits=limits, **where)
+        return result
 
     # -- stateless execution ----------------------------------------------------
 
-    def executes(path: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def executes(
+        path: str, name: str | None = None
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """The decorator of a route that runs code and answers an ExecResult."""
         return app.post(
-            path, response_model=ExecResultModel, responses=_ERRORS, openapi_extra=_IDEMPOTENT
+            path,
+            response_model=ExecResultModel,
+            responses=_ERRORS,
+            openapi_extra=_IDEMPOTENT,
+            name=name,
         )
 
     @executes("/v1/run")
@@ -457,20 +476,6 @@ def create_app(
 
     # -- sessions -----------------------------------------------------------------
 
-    def valid_path(path: str) -> None:
-        try:
-            check_path(path)
-        except SandboxInputError as e:
-            raise _error(400, str(e)) from None
-
-    @contextlib.asynccontextmanager
-    async def session(sid: str) -> AsyncIterator[Session]:
-        try:
-            async with state.sessions.use(sid) as s:
-                yield s
-        except UnknownSession:
-            raise _error(404, f"no open session {sid!r}: it was closed or expired") from None
-
     @app.post(
         "/v1/sessions",
         response_model=SessionInfo,
@@ -488,77 +493,29 @@ def create_app(
             raise _error(429, str(e), retry_after=max(1, int(config.session_ttl_s))) from None
         return SessionInfo(id=sid, idle_ttl_s=config.session_ttl_s)
 
-    @executes("/v1/sessions/{sid}/exec")
-    async def session_exec(sid: str, req: RunRequest, request: Request) -> Response:
-        """Run a program or command with the session's workspace as working directory."""
-
-        async def work() -> ExecResult:
-            async with session(sid) as s:
-                return await execute(s, req)
-
-        return await once(request, req, work)
-
-    @app.put(
-        "/v1/sessions/{sid}/files/{path:path}",
-        response_model=FileWritten,
-        responses=_ERRORS,
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/octet-stream": {"schema": {"type": "string"}}},
-            }
+    deps = Deps(executes, once, execute, _error, _ERRORS, config.max_file_bytes)
+    add_kept_routes(
+        app,
+        prefix="/v1/sessions",
+        param="sid",
+        noun="session",
+        manager=state.sessions,
+        names={
+            "exec": "session_exec",
+            "put": "put_file",
+            "get": "get_file",
+            "close": "close_session",
         },
+        deps=deps,
     )
-    async def put_file(sid: str, path: str, request: Request) -> FileWritten:
-        """Write the request body (raw bytes) to ``path`` in the workspace."""
-        valid_path(path)
-        data = await request.body()
-        if len(data) > config.max_file_bytes:
-            raise _error(413, f"file is {len(data)} bytes; the limit is {config.max_file_bytes}")
-        async with session(sid) as s:
-            try:
-                await s.write_file(path, data)
-            except SandboxInputError as e:
-                raise _error(400, str(e)) from None
-            except WorkspaceError as e:  # the workspace's state refused it: the caller's
-                raise _error(409, str(e)) from None
-            except SandboxError as e:
-                raise _error(503, str(e), retry_after=1) from None
-        return FileWritten(path=path, size=len(data))
-
-    @app.get(
-        "/v1/sessions/{sid}/files/{path:path}",
-        responses={
-            200: {"content": {"application/octet-stream": {"schema": {"type": "string"}}}},
-            **_ERRORS,
-        },
+    add_workspace_routes(
+        app,
+        sandbox=state.sandbox,
+        manager=state.workspaces,
+        ttl_s=config.session_ttl_s,
+        draining=lambda: state.draining,
+        deps=deps,
     )
-    async def get_file(sid: str, path: str) -> Response:
-        """Read a file of the workspace as raw bytes."""
-        valid_path(path)
-        async with session(sid) as s:
-            try:
-                data = await s.read_file(path, max_bytes=config.max_file_bytes)
-            except SandboxInputError as e:
-                raise _error(400, str(e)) from None
-            except FileNotFoundError:
-                raise _error(404, f"no file {path!r} in session {sid!r}") from None
-            except FileTooLarge as e:
-                raise _error(413, str(e)) from None
-            except WorkspaceError as e:
-                raise _error(409, str(e)) from None
-            except SandboxError as e:
-                raise _error(503, str(e)) from None
-        return Response(data, media_type="application/octet-stream")
-
-    @app.delete("/v1/sessions/{sid}", status_code=204, responses=_ERRORS)
-    async def close_session(sid: str) -> Response:
-        """Close a session and free its workspace."""
-        try:
-            await state.sessions.close(sid)
-        except UnknownSession:
-            raise _error(404, f"no open session {sid!r}") from None
-        return Response(status_code=204)
 
     # -- health and metrics -------------------------------------------------------
 
@@ -568,6 +525,7 @@ def create_app(
             workers=state.sandbox.size if state.ready else 0,
             in_flight=state.admission.admitted,
             sessions=len(state.sessions),
+            workspaces=len(state.workspaces),
         )
 
     @app.get("/healthz", response_model=Health)

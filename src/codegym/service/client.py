@@ -61,11 +61,17 @@ from codegym.service._batch import (
 from codegym.service.models import (
     MAX_BATCH,
     ExecResultModel,
+    FreezeRequest,
+    Frozen,
     LimitsModel,
     RunRequest,
     SessionCreate,
     SessionInfo,
     TestsRequest,
+    WorkspaceCreate,
+    WorkspaceFork,
+    WorkspaceForked,
+    WorkspaceInfo,
     encode_data,
     tests_to_wire,
 )
@@ -221,8 +227,10 @@ class RemoteSandbox:
         files: Mapping[str, Text] | None = None,
         limits: Limits | None = None,
         argv: Sequence[str] | None = None,
+        workspace: str | None = None,
     ) -> ExecResult:
-        """Run a Python program; see ``Sandbox.run_python``."""
+        """Run a Python program; see ``Sandbox.run_python`` (``workspace``: an image
+        reference in the service's cache: a fresh workspace of it)."""
         limits = _limits(limits)
         req = RunRequest(
             code=_code(code),
@@ -230,6 +238,7 @@ class RemoteSandbox:
             stdin=encode_data(stdin),
             files=_files(files),
             limits=LimitsModel.of(limits),
+            workspace=workspace,
         )
         return await self._exec(RUN, req, limits.wall)
 
@@ -240,14 +249,16 @@ class RemoteSandbox:
         *,
         files: Mapping[str, Text] | None = None,
         limits: Limits | None = None,
+        workspace: str | None = None,
     ) -> ExecResult:
-        """Run a command; see ``Sandbox.run``."""
+        """Run a command; see ``Sandbox.run`` (``workspace`` as for ``run_python``)."""
         limits = _limits(limits)
         req = RunRequest(
             command=_command(command),
             stdin=encode_data(stdin),
             files=_files(files),
             limits=LimitsModel.of(limits),
+            workspace=workspace,
         )
         return await self._exec(RUN, req, limits.wall)
 
@@ -279,6 +290,30 @@ class RemoteSandbox:
     def session(self, disk_mb: int = 256) -> RemoteSession:
         """A session on one instance of the pool; use ``async with``."""
         return RemoteSession(self, disk_mb)
+
+    async def workspace(self, image: str, *, disk_mb: int = 256) -> RemoteWorkspace:
+        """A kept workspace of ``image`` on one instance; see ``Sandbox.workspace``.
+
+        Raises:
+            SandboxError: no instance could open it (an unknown image, no image cache).
+        """
+        ws = RemoteWorkspace(self, image, disk_mb)
+        await ws.start()
+        return ws
+
+    async def fork(self, image: str, n: int, *, disk_mb: int = 256) -> list[RemoteWorkspace]:
+        """``n`` kept workspaces of one image, opened in one request on one instance."""
+        body = WorkspaceFork(image=image, n=n, disk_mb=disk_mb).model_dump_json().encode()
+        answer = await self._call("POST", "/v1/workspaces/fork", body, 120.0, expect=(201,))
+        if isinstance(answer, _Failure):
+            raise SandboxError(f"could not fork {image!r}: {answer.reason}")
+        inst, resp = answer
+        out = []
+        for info in WorkspaceForked.model_validate_json(resp.content).workspaces:
+            ws = RemoteWorkspace(self, image, disk_mb)
+            ws._inst, ws.id = inst, info.id
+            out.append(ws)
+        return out
 
     # -- machinery -------------------------------------------------------------------
 
@@ -419,6 +454,9 @@ class RemoteSession:
     ``SandboxError`` when the session is gone or the service failed.
     """
 
+    _base = "/v1/sessions"
+    _info: type[SessionInfo] | type[WorkspaceInfo] = SessionInfo
+
     def __init__(self, remote: RemoteSandbox, disk_mb: int = 256) -> None:
         self._remote = remote
         self._disk_mb = disk_mb
@@ -436,24 +474,30 @@ class RemoteSession:
 
     async def start(self) -> None:
         """Raises: SandboxError: no instance could open a session."""
-        body = SessionCreate(disk_mb=self._disk_mb).model_dump_json().encode()
-        answer = await self._remote._call("POST", "/v1/sessions", body, 60.0, expect=(201,))
+        if self._inst is not None:
+            return
+        body = self._create_body()
+        answer = await self._remote._call("POST", self._base, body, 60.0, expect=(201,))
         if isinstance(answer, _Failure):
-            raise SandboxError(f"could not open a session: {answer.reason}")
+            what = self._base.rsplit("/", 1)[-1][:-1]
+            raise SandboxError(f"could not open a {what}: {answer.reason}")
         self._inst, resp = answer
-        self.id = SessionInfo.model_validate_json(resp.content).id
+        self.id = self._info.model_validate_json(resp.content).id
+
+    def _create_body(self) -> bytes:
+        return SessionCreate(disk_mb=self._disk_mb).model_dump_json().encode()
 
     async def close(self) -> None:
         if self._inst is None:
             return
         inst, self._inst = self._inst, None
         await self._remote._call(
-            "DELETE", f"/v1/sessions/{self.id}", None, 30.0, inst, expect=(204, 404)
+            "DELETE", f"{self._base}/{self.id}", None, 30.0, inst, expect=(204, 404)
         )
 
     def _file_url(self, path: str) -> str:
         check_path(path)
-        return f"/v1/sessions/{self.id}/files/{quote(path, safe='/')}"
+        return f"{self._base}/{self.id}/files/{quote(path, safe='/')}"
 
     def _pinned(self) -> _Instance:
         if self._inst is None:
@@ -478,7 +522,7 @@ class RemoteSession:
             limits=LimitsModel.of(limits),
         )
         return await self._remote._exec(
-            f"/v1/sessions/{self.id}/exec", req, limits.wall, self._pinned()
+            f"{self._base}/{self.id}/exec", req, limits.wall, self._pinned()
         )
 
     async def run(
@@ -497,7 +541,7 @@ class RemoteSession:
             limits=LimitsModel.of(limits),
         )
         return await self._remote._exec(
-            f"/v1/sessions/{self.id}/exec", req, limits.wall, self._pinned()
+            f"{self._base}/{self.id}/exec", req, limits.wall, self._pinned()
         )
 
     async def write_file(self, path: str, content: Text) -> None:
@@ -515,6 +559,40 @@ class RemoteSession:
                 raise FileNotFoundError(path)
             raise SandboxInfraError(f"could not read {path!r}: {answer.reason}")
         return answer[1].content
+
+
+class RemoteWorkspace(RemoteSession):
+    """A kept workspace of an image on the service (see ``Workspace``): a session whose
+    files start as the image's, with its diff and freeze."""
+
+    _base = "/v1/workspaces"
+    _info = WorkspaceInfo
+
+    def __init__(self, remote: RemoteSandbox, image: str, disk_mb: int = 256) -> None:
+        super().__init__(remote, disk_mb)
+        self.image = image
+
+    def _create_body(self) -> bytes:
+        return WorkspaceCreate(image=self.image, disk_mb=self._disk_mb).model_dump_json().encode()
+
+    async def diff(self) -> str:
+        """The patch from the image to this workspace."""
+        answer = await self._remote._call(
+            "GET", f"{self._base}/{self.id}/diff", None, 120.0, self._pinned()
+        )
+        if isinstance(answer, _Failure):
+            raise SandboxError(f"could not diff workspace {self.id}: {answer.reason}")
+        return answer[1].content.decode("utf-8", "replace")
+
+    async def freeze(self, name: str | None = None) -> str:
+        """Make the workspace's state an image on the service; returns its digest."""
+        body = FreezeRequest(name=name).model_dump_json().encode()
+        answer = await self._remote._call(
+            "POST", f"{self._base}/{self.id}/freeze", body, 300.0, self._pinned()
+        )
+        if isinstance(answer, _Failure):
+            raise SandboxError(f"could not freeze workspace {self.id}: {answer.reason}")
+        return Frozen.model_validate_json(answer[1].content).image
 
 
 def _limits(limits: Limits | None) -> Limits:

@@ -127,6 +127,9 @@ class RunRequest(_Model):
     """Files written into the work dir first: relative path -> content."""
     limits: LimitsModel = Field(default_factory=LimitsModel)
     """Resource limits."""
+    workspace: str | None = Field(default=None, max_length=200)
+    """An image reference (digest or name): run in a fresh copy-on-write workspace of it
+    (``GET /v1/images``). Ignored in a session or kept workspace, which has its own."""
 
 
 class AssertTestModel(_Model):
@@ -365,6 +368,60 @@ class SessionInfo(_Model):
     """The session is closed after this many seconds without a request."""
 
 
+class WorkspaceCreate(_Model):
+    """Open a kept workspace of an image: its files persist across commands."""
+
+    image: str = Field(max_length=200)
+    """An image reference: a digest (or a unique prefix) or a name."""
+    disk_mb: int = Field(default=256, ge=1, le=65536)
+    """What its writes may take, in MB (inodes capped alike)."""
+
+
+class WorkspaceFork(WorkspaceCreate):
+    """Open ``n`` kept workspaces of one image at once (a GRPO group's copies)."""
+
+    n: int = Field(ge=1, le=256)
+
+
+class WorkspaceInfo(_Model):
+    """An open kept workspace."""
+
+    id: str
+    """Use it in ``/v1/workspaces/{id}/...``."""
+    image: str
+    """The digest of its image."""
+    idle_ttl_s: float
+    """The workspace is closed after this many seconds without a request."""
+
+
+class WorkspaceForked(_Model):
+    workspaces: list[WorkspaceInfo]
+
+
+class Frozen(_Model):
+    """A workspace's state made an image (``POST /v1/workspaces/{id}/freeze``)."""
+
+    image: str
+    """The new image's digest: open copies of it with ``/v1/workspaces/fork``."""
+    parent: str
+    layers: int
+
+
+class FreezeRequest(_Model):
+    name: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    """Also make this name mean the new image."""
+
+
+class ImageInfo(_Model):
+    """An image in the service's cache."""
+
+    digest: str
+    name: str
+    python: str
+    layers: int
+    parent: str | None = None
+
+
 class FileWritten(_Model):
     """A file was written into a session's workspace."""
 
@@ -390,3 +447,5 @@ class Health(_Model):
     """Requests admitted and not yet answered."""
     sessions: int = 0
     """Sessions open."""
+    workspaces: int = 0
+    """Kept workspaces open."""

@@ -1,5 +1,8 @@
 """Open sandbox sessions held by the service, with a cap, an idle TTL and garbage collection.
 
+The same manager holds the service's kept workspaces (``noun="workspace"``): anything with
+``run``/``run_python``/``write_file``/``read_file`` and ``close``.
+
 Contract: at most ``max_open`` sessions exist at once (``SessionLimit`` beyond that); a
 session untouched for ``idle_ttl_s`` is closed by the collector (never while a request is
 using it); ``close_all`` closes every session on shutdown. Each session is a
@@ -14,7 +17,10 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from prometheus_client import Gauge
 
 from codegym.sandbox import Session
 from codegym.service import _metrics as m
@@ -36,7 +42,7 @@ class UnknownSession(KeyError):
 class _Entry:
     __slots__ = ("busy", "last_used", "lock", "session")
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Any) -> None:
         self.session = session
         self.lock = asyncio.Lock()  # one command at a time: a session has one worker
         self.busy = 0
@@ -47,13 +53,24 @@ class SessionManager:
     """Owns the service's sessions.
 
     Args:
-        factory: makes a session (``lambda disk_mb: Session(tier, disk_mb=disk_mb)``).
+        factory: makes a session (``lambda disk_mb: Session(tier, disk_mb=disk_mb)``);
+            None for a manager whose objects come through ``add``.
         max_open: cap on open sessions.
         idle_ttl_s: close a session idle this long.
+        noun: what it holds, for messages; gauge: the gauge of how many are open.
     """
 
-    def __init__(self, factory: SessionFactory, max_open: int, idle_ttl_s: float) -> None:
+    def __init__(
+        self,
+        factory: SessionFactory | None,
+        max_open: int,
+        idle_ttl_s: float,
+        noun: str = "session",
+        gauge: Gauge = m.SESSIONS,
+    ) -> None:
         self._factory = factory
+        self.noun = noun
+        self._gauge = gauge
         self.max_open = max_open
         self.idle_ttl_s = idle_ttl_s
         self._entries: dict[str, _Entry] = {}
@@ -71,21 +88,39 @@ class SessionManager:
             SessionLimit: ``max_open`` sessions are open already.
             HostUnsupported: the host cannot run the tier.
         """
-        if len(self._entries) + self._starting >= self.max_open:
-            raise SessionLimit(f"{self.max_open} sessions are open; close one or wait")
-        self._starting += 1
-        try:
+
+        async def start() -> list[Any]:
+            assert self._factory is not None
             session = self._factory(disk_mb)
             await session.start()
+            return [session]
+
+        return (await self.add(start, 1))[0]
+
+    async def add(self, make: Callable[[], Awaitable[list[Any]]], n: int) -> list[str]:
+        """Hold ``n`` new objects (a session, or kept workspaces) that ``make`` starts;
+        their ids, in order.
+
+        Raises:
+            SessionLimit: fewer than ``n`` more may be open.
+        """
+        if len(self._entries) + self._starting + n > self.max_open:
+            raise SessionLimit(f"{self.max_open} {self.noun}s are open; close one or wait")
+        self._starting += n
+        try:
+            made = await make()
         finally:
-            self._starting -= 1
-        sid = secrets.token_urlsafe(16)
-        self._entries[sid] = _Entry(session)
-        m.SESSIONS.set(len(self._entries))
-        return sid
+            self._starting -= n
+        ids = []
+        for obj in made:
+            sid = secrets.token_urlsafe(16)
+            self._entries[sid] = _Entry(obj)
+            ids.append(sid)
+        self._gauge.set(len(self._entries))
+        return ids
 
     @contextlib.asynccontextmanager
-    async def use(self, sid: str) -> AsyncIterator[Session]:
+    async def use(self, sid: str) -> AsyncIterator[Any]:
         """Hold a session for one request; the collector leaves it alone meanwhile.
 
         Raises:
@@ -109,7 +144,7 @@ class SessionManager:
         entry = self._entries.pop(sid, None)
         if entry is None:
             raise UnknownSession(sid)
-        m.SESSIONS.set(len(self._entries))
+        self._gauge.set(len(self._entries))
         async with entry.lock:  # let a running command finish first
             await entry.session.close()
 
@@ -126,7 +161,7 @@ class SessionManager:
         gone = [(sid, e) for sid in stale if (e := self._entries.pop(sid, None)) is not None]
         self.expired += len(gone)
         m.SESSIONS_EXPIRED.inc(len(gone))
-        m.SESSIONS.set(len(self._entries))
+        self._gauge.set(len(self._entries))
         for sid, entry in gone:
             log.info("session %s idle for %.0f s: closed", sid[:6], now - entry.last_used)
             try:
@@ -154,5 +189,5 @@ class SessionManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._gc_task
         entries, self._entries = list(self._entries.values()), {}
-        m.SESSIONS.set(0)
+        self._gauge.set(0)
         await asyncio.gather(*(e.session.close() for e in entries), return_exceptions=True)

@@ -186,6 +186,9 @@ class ImageStore:
             )
         return paths
 
+    def layer_paths_of(self, digest: str) -> Path:
+        return _layers.layer_path(self.layers_dir, digest)
+
     def size(self, image: Image) -> int:
         return sum(_layers.size_on_disk(p)[0] for p in self.layer_paths(image))
 
