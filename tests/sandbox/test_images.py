@@ -203,3 +203,25 @@ def test_a_package_that_cannot_be_had_is_named_and_nothing_is_left(
         build_image(spec, store)
     assert not any(store.layers_dir.iterdir()) and not any((store.root / "tmp").iterdir())
     assert store.images() == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small disk needs root")
+def test_a_disk_that_fills_during_a_build_is_a_clear_error_and_the_cache_stays_whole(
+    root: Path,
+) -> None:
+    _project(root)
+    small = root / "small"
+    small.mkdir()
+    os.chmod(small, 0o755)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(small)], check=True)
+    try:
+        store = ImageStore(small / "cache")
+        spec = _spec(root, 'name = "proj"\npython = "3.11"\n[source]\npath = "proj"\n')
+        with pytest.raises(ImageBuildError, match="(?i)space|disk"):
+            build_image(spec, store)  # the environment (pip and setuptools) needs ~25 MB
+        assert store.images() == [] and not any((store.root / "tmp").iterdir())
+        # what was published before the disk filled is whole, and a bigger disk goes on
+        for layer in store.layers_dir.iterdir():
+            assert digest(layer) == "sha256:" + layer.name
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)

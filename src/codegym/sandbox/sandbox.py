@@ -207,6 +207,7 @@ class Sandbox:
         self._tier = tier
         if self.images is not None:
             self.images.check_reachable()
+            await asyncio.to_thread(self.images.sweep_tmp)  # what killed builds left
         await asyncio.to_thread(sweep_stale)  # what pools of killed owners left behind
         self._bpf = _seccomp.deny_list_bpf()
         tag = f"{os.getpid()}-{next(_POOL_TAGS):x}"

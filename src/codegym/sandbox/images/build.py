@@ -172,6 +172,8 @@ def _env_layer(python: str, version: str, lock: list[str], store: ImageStore, sa
         try:
             r = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
             if r.returncode != 0:
+                if _disk_full(store.root):  # pip and ensurepip rarely say ENOSPC plainly
+                    raise OSError(errno.ENOSPC, "no space left", str(store.root))
                 raise ImageBuildError(_pip_failure(r.stderr + r.stdout, lock))
             d = _layers.publish(tree, store.layers_dir)
         except BaseException:
@@ -212,6 +214,13 @@ def _build_jail(store: ImageStore) -> list[str]:
     return argv
 
 
+def _disk_full(path: Path) -> bool:
+    """Whether the disk under ``path`` is (nearly) full: under 1 MiB or 0.1% left."""
+    st = os.statvfs(path)
+    free = st.f_bavail * st.f_frsize
+    return free < max(1 << 20, st.f_blocks * st.f_frsize // 1000) or st.f_favail < 64
+
+
 def _pip_failure(output: str, lock: list[str]) -> str:
     names = {line.split("==")[0].lower(): line.split()[0] for line in lock}
     what = []
@@ -228,7 +237,7 @@ def _pip_failure(output: str, lock: list[str]) -> str:
                 name = names.get(bad.group(1).lower(), bad.group(1))
                 what.append(f"{name}: its hash does not match the lock")
     tail = "\n".join(output.strip().splitlines()[-12:])
-    head = "; ".join(dict.fromkeys(what)) or "pip failed"
+    head = "; ".join(dict.fromkeys(what)) or "a step failed (below)"
     return f"building the environment failed: {head}\n{tail}"
 
 
