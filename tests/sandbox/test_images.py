@@ -217,7 +217,7 @@ def test_a_disk_that_fills_during_a_build_is_a_clear_error_and_the_cache_stays_w
     try:
         store = ImageStore(small / "cache")
         spec = _spec(root, 'name = "proj"\npython = "3.11"\n[source]\npath = "proj"\n')
-        with pytest.raises(ImageBuildError, match="(?i)space|disk"):
+        with pytest.raises(ImageBuildError, match=r"(?i)space|disk"):
             build_image(spec, store)  # the environment (pip and setuptools) needs ~25 MB
         assert store.images() == [] and not any((store.root / "tmp").iterdir())
         # what was published before the disk filled is whole, and a bigger disk goes on
