@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -225,3 +226,27 @@ def test_a_disk_that_fills_during_a_build_is_a_clear_error_and_the_cache_stays_w
             assert digest(layer) == "sha256:" + layer.name
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def _apt_can_download() -> bool:
+    if not shutil.which("apt-get"):
+        return False
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run(["apt-get", "download", "-q", "jq"], cwd=d, capture_output=True)
+        return r.returncode == 0
+
+
+@pytest.mark.skipif(not _apt_can_download(), reason="apt-get cannot download packages here")
+async def test_debian_packages_are_a_layer_of_their_own(root: Path) -> None:
+    from codegym.sandbox import Sandbox
+
+    spec = _spec(
+        root,
+        'name = "deb"\npython = "3.11"\n[environment]\ndebian = ["jq", "libjq1", "libonig5"]\n',
+    )
+    store = ImageStore(root / "cache")
+    image = build_image(spec, store)
+    assert len(image.layers) == 2  # debian, env
+    async with Sandbox(workers=1, images=store) as sb:
+        r = await sb.run(["sh", "-c", "echo '{\"a\": [1, 2]}' | jq -c .a"], workspace=image)
+    assert (r.stdout, r.verdict.value) == ("[1,2]\n", "ok"), r.stderr
