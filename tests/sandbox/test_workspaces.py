@@ -303,3 +303,62 @@ async def test_kept_files_never_cost_a_run_its_memory(tiny_image):  # type: igno
         assert r.verdict is Verdict.OK, r.reason
         assert box.recycles == 0 and box.infra_count == 0
         assert (await a.run("ls -s blob", limits=LIM)).verdict is Verdict.OK
+
+
+async def test_link_targets_and_wide_names_count_toward_the_export_cap(
+    sb: Sandbox, image: Image, monkeypatch: pytest.MonkeyPatch
+):
+    import codegym.sandbox.workspace as workspace_module
+
+    monkeypatch.setattr(workspace_module, "EXPORT_MAX_BYTES", 1 << 20)
+    async with await sb.workspace(image) as ws:
+        make = (
+            "t=$(head -c 4000 /dev/zero | tr '\\0' x); for i in $(seq 100); do ln -s $t l$i; done"
+        )
+        assert (await ws.run(make, limits=LIM)).verdict is Verdict.OK
+        with pytest.raises(WorkspaceError, match="more than"):
+            await ws.diff()
+        wide = "$(printf '\\360\\237\\230\\200%.0s' $(seq 60))"  # 60 four-byte characters
+        await ws.run(f'rm l*; n={wide}; for i in $(seq 800); do touch "$n$i"; done', limits=LIM)
+        with pytest.raises(WorkspaceError, match="more than"):
+            await ws.diff()
+        assert (await ws.run("echo alive", limits=LIM)).stdout == "alive\n"
+    assert sb.infra_count == 0
+
+
+async def test_empty_kept_workspaces_do_not_lift_memory_limits(tiny_image):  # type: ignore[no-untyped-def]
+    store, image = tiny_image
+    async with Sandbox(tier="jail", workers=1, images=store) as box:
+        async with await box.workspace(image, disk_mb=4096):
+            eat = "x = bytearray(400 << 20); print('got it')"
+            r = await box.run_python(eat, workspace=image, limits=Limits(memory_mb=128))
+            assert r.verdict is Verdict.MEMORY, (r.verdict, r.stdout)
+
+
+async def test_diffs_of_type_changes_and_deleted_packages_apply(
+    sb: Sandbox, image: Image, tmp_path: Path
+):
+    if not shutil.which("git"):
+        pytest.skip("git is not installed")
+    async with await sb.workspace(image) as ws:
+        r = await ws.run(
+            "rm test_calc.py && ln -s calc/__init__.py test_calc.py && rm -r calc && "
+            "echo 'x' > calc",
+            limits=LIM,
+        )
+        assert r.verdict is Verdict.OK, r.stderr
+        patch = await ws.diff()
+    assert "__pycache__" not in patch
+    src = tmp_path / "src"
+    assert sb.images is not None
+    shutil.copytree(Path(sb.images.root).parent / "src", src)
+    subprocess.run(["git", "init", "-q", str(src)], check=True)
+    r2 = subprocess.run(["git", "apply", "-"], cwd=src, input=patch.encode(), capture_output=True)
+    assert r2.returncode == 0, (r2.stderr, patch)
+    assert (src / "test_calc.py").is_symlink() and (src / "calc").read_text() == "x\n"
+
+
+async def test_a_plain_run_in_a_workspace_pool_sees_no_kept_workspace(sb: Sandbox, image: Image):
+    async with await sb.workspace(image) as ws:
+        r = await sb.run(["cat", "/proc/self/mountinfo"], limits=LIM)
+        assert r.verdict is Verdict.OK and f"/.ws/keep/{ws.id}" not in r.stdout, r.stdout

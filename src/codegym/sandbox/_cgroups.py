@@ -238,6 +238,12 @@ class WorkerCgroup:
         oom = _keyed(read("memory", "memory.events")).get("oom_kill", 0)
         return Stats(cpu_us / 1e6 if cpu_us is not None else None, peak, oom)
 
+    def charged_bytes(self) -> int:
+        """Memory charged to the slot while nothing runs in it: the tmpfs pages of kept
+        workspaces its runs wrote (and reclaimable cache)."""
+        name = "memory.usage_in_bytes" if self.v == 1 else "memory.current"
+        return int(self._read(self._slot_file("memory", name)))
+
     def run_stats(self) -> Stats:
         """The counters of the run that just ended (deltas since the previous call).
 

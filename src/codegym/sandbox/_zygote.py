@@ -293,6 +293,10 @@ class Zygote:
                     _mount(b"tmpfs", where, b"tmpfs", MS_NOSUID | MS_NODEV, size)
                 if ws is not None:
                     full = self._mount_workspace(ws, size)
+                elif self.ws:  # a plain run in a workspace worker sees no kept workspace
+                    _libc.umount2(WS_KEEP.encode(), MNT_DETACH)
+                    hide = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+                    _mount(b"tmpfs", WS_DIR.encode(), b"tmpfs", hide, b"size=4k,mode=0")
                 _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
                 # the host's kernel command line is none of the program's business
                 _mount(b"/dev/null", b"/proc/cmdline", None, MS_BIND, None)
@@ -380,7 +384,10 @@ class Zygote:
                 more = f"nr_inodes={files + 64}".encode()
                 _mount(b"none", root.encode(), None, MS_REMOUNT | flags, more)
             if _libc.mount(b"overlay", self.workdir.encode(), b"overlay", flags, opts) != 0:
-                full = "the workspace has no free inodes left: remove files to go on"
+                full = (
+                    "the workspace has no free inodes left (its quota and a spare are used "
+                    "up): freeze it and fork a copy, or open a new one"
+                )
         # what the overlay is made of stays out of sight: the kept uppers (this one's and
         # its neighbours') and the run's tmpfs are detached from this run's namespace (the
         # overlay holds what it needs), and the folder under them is covered
@@ -1094,8 +1101,9 @@ def _export(upper: str, max_bytes: int) -> tuple[dict, list[bytes]]:
         for name in sorted(os.listdir(f"{upper}/{rel}" if rel else upper)):
             sub = f"{rel}/{name}" if rel else name
             full = f"{upper}/{sub}"
-            total += 6 * len(sub) + 32
-            if len(full) > EXPORT_MAX_PATH:
+            # JSON writes a byte of a name in at most 6 (\\uXXXX)
+            total += 6 * len(sub.encode("utf-8", "surrogateescape")) + 32
+            if len(full.encode("utf-8", "surrogateescape")) > EXPORT_MAX_PATH:
                 return {"refused": f"a path in the workspace is longer than {EXPORT_MAX_PATH}"}, []
             if total > max_bytes:
                 return {"refused": f"the workspace holds more than {max_bytes} bytes"}, []
@@ -1122,7 +1130,11 @@ def _export(upper: str, max_bytes: int) -> tuple[dict, list[bytes]]:
                 blobs.append(data[: st.st_size])
                 entries.append([sub, "f", mode & 0o7777, len(blobs) - 1])
             elif st_.S_ISLNK(mode):
-                entries.append([sub, "l", 0, os.readlink(full)])
+                target = os.readlink(full)
+                total += 6 * len(target.encode("utf-8", "surrogateescape"))
+                if total > max_bytes:
+                    return {"refused": f"the workspace holds more than {max_bytes} bytes"}, []
+                entries.append([sub, "l", 0, target])
             elif st_.S_ISCHR(mode) and st.st_rdev == 0:
                 entries.append([sub, "w", 0, None])  # overlayfs's mark of a deletion
     return {"entries": entries}, blobs

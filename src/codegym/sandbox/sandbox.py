@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from codegym.sandbox import _files, _seccomp
+from codegym.sandbox._cgroups import Stats
 from codegym.sandbox._verdict import judge
 from codegym.sandbox._worker import Worker, WorkerCrashed
 from codegym.sandbox.errors import (
@@ -512,13 +513,16 @@ class Sandbox:
                     continue
             cg = worker.cgroup
             try:
+                held = 0
                 if cg is not None:
                     # kept workspaces' files stay charged to the run slot that wrote them:
-                    # the limit makes room for them all, so no run is cut short by them
-                    kept_mb = sum(worker.kept.values())
-                    cg.prepare(limits.memory_mb + kept_mb, limits.max_processes)
+                    # the run gets its whole limit on top of what they hold now
+                    held = cg.charged_bytes() if worker.kept else 0
+                    cg.prepare(limits.memory_mb + -(-held >> 20), limits.max_processes)
                 reply, out = await worker.call(req, blobs, deadline + GRACE_S)
                 stats = cg.run_stats() if cg is not None else None
+                if stats is not None and held and stats.peak_bytes is not None:
+                    stats = Stats(stats.cpu_s, max(0, stats.peak_bytes - held), stats.oom_kills)
             except (WorkerCrashed, OSError) as e:
                 reason = str(e)
                 log.warning("sandbox worker %s failed: %s", worker.spec.name, reason)

@@ -146,8 +146,9 @@ class LowerView:
 
 
 def patch(changes: Changes, lower: LowerView, excludes: tuple[str, ...] = PATCH_EXCLUDES) -> str:
-    """A git-style patch that turns the image's tree into the workspace's
-    (``git apply`` or ``patch -p1`` in the source root)."""
+    """A git-style patch that turns the image's tree into the workspace's (``git apply``
+    in the source root; ``patch -p1`` takes it too when it holds no binary files).
+    Bytecode (``__pycache__``) and the environment folders are left out."""
     new: dict[str, tuple[int, bytes]] = {}
     gone: set[str] = set()  # paths of the image's tree the workspace no longer has
     for rel, kind, mode, extra in changes.entries:
@@ -163,9 +164,17 @@ def patch(changes: Changes, lower: LowerView, excludes: tuple[str, ...] = PATCH_
             new[rel] = (0o100755 if int(mode) & 0o111 else 0o100644, changes.blobs[int(extra)])
         elif kind == "l":
             new[rel] = (0o120000, str(extra).encode("utf-8", "surrogateescape"))
-    return "".join(
-        _file_patch(rel, _old(lower, rel), new.get(rel)) for rel in sorted(gone | set(new))
-    )
+    out = []
+    for rel in sorted(gone | set(new)):
+        if "__pycache__" in rel.split("/"):
+            continue  # bytecode (the image's own, compiled at build time) is not the source
+        before, after = _old(lower, rel), new.get(rel)
+        if before and after and (before[0] == 0o120000) != (after[0] == 0o120000):
+            # a file became a link or the other way: git writes a deletion and a new file
+            out += [_file_patch(rel, before, None), _file_patch(rel, None, after)]
+        else:
+            out.append(_file_patch(rel, before, after))
+    return "".join(out)
 
 
 def _old(lower: LowerView, rel: str) -> tuple[int, bytes] | None:
