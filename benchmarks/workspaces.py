@@ -200,10 +200,12 @@ async def main() -> None:
     ap.add_argument("--spec", default="examples/images/toolz.toml")
     ap.add_argument("--cache", default=None, help="image cache (default: the user's)")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--pytest-args", default="", help="extra pytest arguments (one string)")
     ap.add_argument(
         "--only", action="append", choices=["fork8", "episode", "pytest", "disk", "rss"]
     )
     args = ap.parse_args()
+    PYTEST.extend(args.pytest_args.split())
     store = ImageStore(args.cache)
     t0 = time.perf_counter()
     image = build_image(args.spec, store)
