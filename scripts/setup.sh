@@ -8,6 +8,9 @@ need_pkgs=()
 command -v bwrap >/dev/null || need_pkgs+=(bubblewrap)
 command -v runsc >/dev/null || need_pkgs+=(runsc)
 [ -x /usr/bin/python3 ] || need_pkgs+=(python3)
+# images build their environments with the system Python's venv and ensurepip
+/usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need_pkgs+=(python3-venv)
+command -v git >/dev/null || need_pkgs+=(git)  # git sources of images; diffs in tests
 command -v gcc >/dev/null || need_pkgs+=(gcc)
 command -v node >/dev/null || need_pkgs+=(nodejs)
 command -v chromium >/dev/null || need_pkgs+=(chromium)  # renders HTML reports in tests
