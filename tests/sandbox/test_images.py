@@ -250,3 +250,24 @@ async def test_debian_packages_are_a_layer_of_their_own(root: Path) -> None:
     async with Sandbox(workers=1, images=store) as sb:
         r = await sb.run(["sh", "-c", "echo '{\"a\": [1, 2]}' | jq -c .a"], workspace=image)
     assert (r.stdout, r.verdict.value) == ("[1,2]\n", "ok"), r.stderr
+
+
+def test_a_git_source_is_exported_at_its_commit(root: Path) -> None:
+    repo = root / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "mod.py").write_text("V = 1\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    first = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    (repo / "mod.py").write_text("V = 2\n")
+    subprocess.run([*git, "commit", "-qam", "two"], check=True)
+    store = ImageStore(root / "cache")
+    body = f'name = "g"\npython = "3.11"\n[source]\ngit = "repo"\ncommit = "{first.strip()}"\n'
+    image = build_image(_spec(root, body), store)
+    src = store.layer_paths(image)[1]
+    assert (src / "mod.py").read_text() == "V = 1\n" and not (src / ".git").exists()
+    bad = body.replace(first.strip(), "0" * 40)
+    with pytest.raises(ImageBuildError, match="git source"):
+        build_image(_spec(root, bad, "bad.toml"), store)
