@@ -14,6 +14,9 @@
     lock = "toolz.lock"            # pip requirements, every one pinned with --hash
     debian = []                    # Debian packages, unpacked into the image
 
+    [tests]                        # optional: how the source's own suite runs
+    command = ["python", "-m", "pytest", "-q"]
+
 Relative paths are relative to the spec file. Packages are installed at build time only;
 nothing is fetched when the image runs.
 """
@@ -79,6 +82,32 @@ class Environment(BaseModel):
     debian: list[str] = Field(default_factory=list)
 
 
+class Tests(BaseModel):
+    """How the source's own test suite runs (repository tasks use it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: list[str] = Field(
+        default_factory=lambda: ["python", "-m", "pytest", "-q"], min_length=1
+    )
+    """The suite, run from the source root; pytest, so results come as JUnit XML."""
+    files: list[str] = Field(
+        default_factory=lambda: [
+            "**/test_*.py",
+            "**/*_test.py",
+            "**/tests/**",
+            "**/testing/**",
+            "**/conftest.py",
+            "pytest.ini",
+            "tox.ini",
+            "setup.cfg",
+            "pyproject.toml",
+        ]
+    )
+    """Globs of the test files and test configuration, relative to the source root: a
+    task's grader restores them, so a patch that edits them gains nothing."""
+
+
 class ImageSpec(BaseModel):
     """A parsed spec; ``base`` is the folder its relative paths start from."""
 
@@ -88,6 +117,7 @@ class ImageSpec(BaseModel):
     python: str = Field(pattern=r"^3\.\d{1,2}$")
     source: Source | None = None
     environment: Environment = Field(default_factory=Environment)
+    tests: Tests = Field(default_factory=Tests)
     kind: Literal["codegym-image/1"] = "codegym-image/1"
     base: Path = Path(".")
 

@@ -1,0 +1,145 @@
+"""Grade a patch against a repository task: on a fresh copy of the task's state, with the
+task's own test files restored, by structured test results.
+
+The starting state is the clean image with the task's bug applied, frozen once per task
+(``task_state``) and forked for every grading, so predictions for one instance never
+rebuild anything. A grading opens a kept workspace of that state, applies the patch with
+``git apply`` (from stdin: no file of ours in the tree), puts back every test file and
+test configuration the patch touched (and removes the ones it added), runs the suite with
+JUnit XML, and decides: resolved when every ``FAIL_TO_PASS`` test passes (a skip fails
+it) and every ``PASS_TO_PASS`` test passes or is skipped.
+
+Model outcomes: ``resolved``, ``unresolved``, ``patch_apply_failed``, ``empty_patch``,
+``tests_timeout``. Infra (the workspace, the worker, the image) is ``infra``: never scored.
+What this cannot stop: the tests run in the same interpreter as the patched package (as in
+every pytest-based grader), so a patch that rewrites pytest's behaviour from inside the
+package could forge a report; restoring tests and configuration closes the cheap routes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import stat
+from dataclasses import dataclass, field
+
+from codegym.sandbox import Limits, Sandbox, SandboxError, SandboxInfraError, Verdict
+from codegym.sandbox.images import Image, ImageStore
+from codegym.sandbox.images.changes import LowerView
+from codegym.sandbox.workspace import Workspace
+from codegym.tasks.swe.suite import matches, run_suite
+from codegym.tasks.swe.task import SweTask
+
+MODEL_OUTCOMES = ("resolved", "unresolved", "patch_apply_failed", "empty_patch", "tests_timeout")
+STEP = Limits(cpu_s=30, wall_s=60, memory_mb=1024, disk_mb=256, output_bytes=1 << 20)
+DEFAULT_GLOBS = ["**/test_*.py", "**/*_test.py", "**/tests/**", "**/conftest.py"]
+
+
+@dataclass(frozen=True)
+class Graded:
+    outcome: str
+    """One of ``MODEL_OUTCOMES``, or ``infra``."""
+    detail: str = ""
+    tests: dict[str, str] = field(default_factory=dict)
+    """Test id -> outcome, for the task's tests."""
+
+    @property
+    def resolved(self) -> bool:
+        return self.outcome == "resolved"
+
+
+async def task_state(sb: Sandbox, task: SweTask) -> Image:
+    """The task's starting state as an image: the clean image with ``task.bug`` applied,
+    made once (a kept workspace, frozen) and found again by its inputs."""
+    store = _store(sb)
+    key = "task-" + hashlib.sha256(f"{task.image}\n{task.bug}".encode()).hexdigest()
+    marker = store.root / "builds" / key
+    if marker.is_file():
+        try:
+            return store.get(marker.read_text().strip())
+        except SandboxError:
+            pass
+    async with await sb.workspace(task.image) as ws:
+        r = await ws.run(["git", "apply", "--whitespace=nowarn", "-"], stdin=task.bug, limits=STEP)
+        if r.verdict is not Verdict.OK:
+            raise SandboxInfraError(
+                f"{task.instance_id}: its bug does not apply to {task.image}: {r.stderr[-500:]}"
+            )
+        state = await ws.freeze()
+    store._atomic_write(marker, state.digest)
+    return state
+
+
+async def grade(sb: Sandbox, task: SweTask, patch: str) -> Graded:
+    """Grade ``patch`` (a unified/git diff against the task's state)."""
+    if not patch.strip():
+        return Graded("empty_patch")
+    try:
+        state = await task_state(sb, task)
+        async with await sb.workspace(state) as ws:
+            r = await ws.run(["git", "apply", "--whitespace=nowarn", "-"], stdin=patch, limits=STEP)
+            if r.verdict is Verdict.INFRA:
+                return Graded("infra", r.reason)
+            if r.verdict is not Verdict.OK:
+                return Graded("patch_apply_failed", (r.stderr or r.reason)[-1000:])
+            await _restore_tests(ws, task, _store(sb), state)
+            run = await run_suite(ws, task.test_cmd, timeout_s=task.timeout_s)
+    except SandboxInfraError as e:
+        return Graded("infra", str(e))
+    if run.outcome == "infra":
+        return Graded("infra", run.result.reason)
+    if run.outcome == "timeout":
+        return Graded("tests_timeout", run.result.reason)
+    mine = {t: run.statuses.get(t, "missing") for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)}
+    ok = all(mine[t] == "passed" for t in task.FAIL_TO_PASS) and all(
+        mine[t] in ("passed", "skipped") for t in task.PASS_TO_PASS
+    )
+    if run.outcome == "broken":
+        return Graded("unresolved", "the suite did not run (no report)", mine)
+    failing = [
+        t
+        for t, o in mine.items()
+        if not (o == "passed" or (o == "skipped" and t in task.PASS_TO_PASS))
+    ]
+    return Graded("resolved" if ok else "unresolved", ", ".join(failing[:5]), mine)
+
+
+async def _restore_tests(ws: Workspace, task: SweTask, store: ImageStore, state: Image) -> None:
+    """Put back every test file the patch changed or removed, and remove those it added:
+    the task's tests are the image's, whatever the patch did to them."""
+    listed = set(task.test_files)
+
+    def is_test(rel: str) -> bool:
+        return rel in listed or matches(rel, DEFAULT_GLOBS)
+
+    changes = await ws.changes()
+    lower = LowerView(list(reversed(store.layer_paths(state))))
+    restore: dict[str, str | bytes] = {}
+    remove: list[str] = []
+    for rel, kind, _mode, opaque in changes.entries:
+        before = lower.lookup(rel)
+        was_dir = before is not None and stat.S_ISDIR(before.st_mode)
+        if kind == "d" and not (opaque and was_dir):
+            continue
+        if was_dir:  # a folder of the image removed, replaced or emptied: its tests return
+            for sub in lower.files_under(rel):
+                if is_test(sub):
+                    restore[sub] = lower.read(sub)
+            if kind in ("f", "l"):
+                remove.append(rel)
+        elif is_test(rel):
+            if kind != "w":
+                remove.append(rel)
+            if before is not None and stat.S_ISREG(before.st_mode):
+                restore[rel] = lower.read(rel)
+    for argv, files in ((["rm", "-rf", "--", *remove], None), (["true"], restore)):
+        if (argv[0] == "rm" and not remove) or (files is not None and not files):
+            continue
+        r = await ws.run(argv, files=files, limits=STEP)
+        if r.verdict is Verdict.INFRA:
+            raise SandboxInfraError(r.reason)
+
+
+def _store(sb: Sandbox) -> ImageStore:
+    if sb.images is None:
+        raise SandboxError("grading repository tasks needs Sandbox(images=ImageStore())")
+    return sb.images

@@ -1,0 +1,286 @@
+"""Make repository tasks from real packages, offline: mutate a function, keep what the
+package's own tests catch.
+
+Per package (an image spec whose sdist ships its tests): the clean suite runs ``runs``
+times in fresh workspaces, and the tests that pass every time are the stable set (the
+flaky and the already failing are dropped). Each sampled mutant (``mutate``) then runs the
+whole suite once, in a fresh workspace with the mutated file written over the source. A
+mutant becomes a task when at least one stable test fails (``FAIL_TO_PASS``), at most
+``max_share`` of them do, every stable test still ran (nothing broke collection), and the
+suite finished in time; ``PASS_TO_PASS`` is the stable rest. Tasks are deduplicated by
+patch and by ``FAIL_TO_PASS`` set. The gold patch is the reverse of the mutation; the
+problem statement is written from the failing tests' names and messages, never from the
+change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import stat
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from codegym.sandbox import Sandbox
+from codegym.sandbox.images import Image, ImageSpec, ImageStore, build_image
+from codegym.sandbox.images.changes import _file_patch
+from codegym.sandbox.images.layers import walk
+from codegym.tasks.swe import junit
+from codegym.tasks.swe.mutate import Mutant, combine, find_mutants, sample
+from codegym.tasks.swe.suite import matches, run_suite
+from codegym.tasks.swe.task import SweTask
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Source:
+    """A package to make tasks from: its image, its suite, its files."""
+
+    spec_path: Path
+    name: str
+    version: str
+    image: Image
+    source_digest: str
+    test_cmd: list[str]
+    test_globs: list[str]
+    code: dict[str, str]
+    """Mutable source files (not tests): path -> text."""
+    tests: list[str]
+    """Every file of the source that the test globs match."""
+
+
+def load_source(spec_path: str | Path, store: ImageStore, log: Log | None = None) -> Source:
+    """Build (or find) the image of ``spec_path`` and read its source layer."""
+    spec = ImageSpec.load(Path(spec_path))
+    image = build_image(spec_path, store, log)
+    paths = store.layer_paths(image)
+    # the source layer: the one that is neither the environment nor Debian's files
+    index = next(
+        i
+        for i, p in enumerate(paths)
+        if not (p / ".venv").exists() and not (p / ".debian").exists()
+    )
+    root = paths[index]
+    import_path = spec.source.import_path if spec.source else "."
+    code: dict[str, str] = {}
+    tests: list[str] = []
+    under = "" if import_path in (".", "") else import_path.rstrip("/") + "/"
+    for rel, st in walk(root):
+        if not stat.S_ISREG(st.st_mode) or "__pycache__" in rel.split("/"):
+            continue
+        if matches(rel, spec.tests.files):
+            tests.append(rel)
+        elif rel.endswith(".py") and rel.startswith(under):
+            try:
+                code[rel] = (root / rel).read_text()
+            except (UnicodeDecodeError, OSError):
+                continue  # not text: nothing to mutate
+    pin = spec.source.pypi if spec.source and spec.source.pypi else f"{spec.name}==0"
+    return Source(
+        spec_path=Path(spec_path),
+        name=spec.name,
+        version=pin.split("==")[1],
+        image=image,
+        source_digest=image.layers[index],
+        test_cmd=list(spec.tests.command),
+        test_globs=list(spec.tests.files),
+        code=code,
+        tests=sorted(tests),
+    )
+
+
+@dataclass(frozen=True)
+class Baseline:
+    stable: frozenset[str]
+    """Tests that passed in every clean run."""
+    dropped: int
+    """Tests that failed, skipped or changed outcome across the clean runs."""
+    seconds: float
+    """Median wall time of a clean run."""
+
+
+async def baseline(sb: Sandbox, src: Source, runs: int, timeout_s: float) -> Baseline:
+    """The clean suite ``runs`` times, in fresh workspaces."""
+    done = await asyncio.gather(
+        *(
+            run_suite(sb, src.test_cmd, timeout_s=timeout_s, workspace=src.image)
+            for _ in range(runs)
+        )
+    )
+    bad = [r for r in done if r.outcome != "ok"]
+    if bad:
+        raise RuntimeError(
+            f"{src.name}: the clean suite did not report ({bad[0].outcome}): "
+            f"{bad[0].result.reason} {bad[0].result.stderr[-300:]}"
+        )
+    ids = set().union(*(r.statuses.keys() for r in done))
+    stable = frozenset(i for i in ids if all(r.statuses.get(i) == "passed" for r in done))
+    secs = statistics.median(r.result.wall_s for r in done)
+    return Baseline(stable, len(ids) - len(stable), secs)
+
+
+@dataclass
+class Report:
+    """What a synthesis run did, per package and overall."""
+
+    tried: Counter[str] = field(default_factory=Counter)
+    kept: Counter[str] = field(default_factory=Counter)
+    rejected: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+
+
+async def judge_mutant(
+    sb: Sandbox, src: Source, base: Baseline, mutant: Mutant, max_share: float, timeout_s: float
+) -> SweTask | str:
+    """The task ``mutant`` makes, or why it makes none."""
+    files: dict[str, str | bytes] = {p: m for p, (_, m) in mutant.files.items()}
+    run = await run_suite(sb, src.test_cmd, files=files, timeout_s=timeout_s, workspace=src.image)
+    if run.outcome != "ok":
+        return {"timeout": "times out", "broken": "breaks the suite"}.get(run.outcome, "infra")
+    if base.stable - run.statuses.keys():
+        return "breaks collection"
+    f2p = sorted(t for t in base.stable if run.statuses.get(t) in ("failed", "error"))
+    if not f2p:
+        return "no test fails"
+    if len(f2p) > max_share * len(base.stable):
+        return "fails too much"
+    gold = bug = ""
+    for path, (original, mutated) in sorted(mutant.files.items()):
+        clean, buggy = (0o100644, original.encode()), (0o100644, mutated.encode())
+        gold += _file_patch(path, buggy, clean)
+        bug += _file_patch(path, clean, buggy)
+    return SweTask(
+        instance_id=f"{src.name}__{src.version}__{mutant.key}",
+        repo=src.name,
+        version=src.version,
+        base_commit=src.source_digest,
+        patch=gold,
+        problem_statement=statement(src, run.xml, f2p),
+        FAIL_TO_PASS=f2p,
+        PASS_TO_PASS=sorted(base.stable - set(f2p)),
+        image=src.image.digest,
+        image_spec=src.spec_path.name,
+        bug=bug,
+        test_cmd=src.test_cmd,
+        test_files=src.tests,
+        timeout_s=timeout_s,
+        created_by={
+            "family": mutant.family,
+            "functions": [e.function for e in mutant.edits],
+            "files": [e.path for e in mutant.edits],
+        },
+    )
+
+
+def statement(src: Source, xml: str, f2p: list[str], shown: int = 5) -> str:
+    """An issue written from what the failing tests report: their ids and error messages
+    (assertion lines, exception types), never the changed code."""
+    lines = [
+        f"Some tests of {src.name} {src.version} fail. Find the bug in the library's code "
+        "(not in its tests) and fix it, so that these tests pass and every other test "
+        "still passes.",
+        "",
+    ]
+    for tid, text in junit.failures(xml, set(f2p))[:shown]:
+        errs = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")][:6]
+        head = text.splitlines()[0][:200] if text else ""
+        lines.append(f"- {tid}")
+        for e in errs or [head]:
+            lines.append(f"    {e[:200]}")
+    if len(f2p) > shown:
+        lines.append(f"- … and {len(f2p) - shown} more failing tests")
+    return "\n".join(lines)
+
+
+def candidates(src: Source, n: int, seed: int, combined_share: float) -> list[Mutant]:
+    """Up to ``n`` mutants of the package: single edits, and a share of 2–3 combined."""
+    singles: list[Mutant] = []
+    for path in sorted(src.code):
+        singles += find_mutants(path, src.code[path])
+    rng = random.Random(seed)
+    picked = sample(singles, n, seed)
+    n_combined = int(len(picked) * combined_share)
+    for _ in range(n_combined):
+        m = combine(singles, rng.choice((2, 3)), rng)
+        if m is not None:
+            picked[rng.randrange(len(picked))] = m
+    return picked
+
+
+async def synth_package(
+    sb: Sandbox,
+    src: Source,
+    *,
+    n: int,
+    seed: int,
+    runs: int = 3,
+    max_share: float = 0.25,
+    timeout_s: float = 60.0,
+    combined_share: float = 0.2,
+    report: Report | None = None,
+    log: Log | None = None,
+) -> list[SweTask]:
+    """Tasks from one package (see the module docstring)."""
+    say = log or (lambda _m: None)
+    report = report if report is not None else Report()
+    base = await baseline(sb, src, runs, timeout_s)
+    say(f"{src.name}: {len(base.stable)} stable tests ({base.dropped} dropped), "
+        f"{base.seconds:.2f} s a run")  # fmt: skip
+    limit = max(timeout_s, 10 * base.seconds + 5)
+    pool = candidates(src, n, seed, combined_share)
+    judged = await asyncio.gather(*(judge_mutant(sb, src, base, m, max_share, limit) for m in pool))
+    tasks: list[SweTask] = []
+    seen_patch: set[str] = set()
+    seen_f2p: set[frozenset[str]] = set()
+    for verdict in judged:
+        report.tried[src.name] += 1
+        if isinstance(verdict, str):
+            report.rejected[verdict] += 1
+            continue
+        key = frozenset(verdict.FAIL_TO_PASS)
+        digest = hashlib.sha256(verdict.patch.encode()).hexdigest()
+        if digest in seen_patch or key in seen_f2p:
+            report.rejected["duplicate"] += 1
+            continue
+        seen_patch.add(digest)
+        seen_f2p.add(key)
+        tasks.append(verdict)
+    report.kept[src.name] += len(tasks)
+    say(f"{src.name}: kept {len(tasks)} of {len(pool)} mutants")
+    return tasks
+
+
+async def synth(
+    specs: list[Path],
+    store: ImageStore,
+    *,
+    per_package: int,
+    workers: int,
+    seed: int = 0,
+    log: Log | None = None,
+    **kw: object,
+) -> tuple[list[SweTask], Report]:
+    """Tasks from every spec, packages one after another, mutants in parallel."""
+    report = Report()
+    start = time.perf_counter()
+    tasks: list[SweTask] = []
+    async with Sandbox(workers=workers, images=store) as sb:
+        for spec in specs:
+            src = load_source(spec, store, log)
+            tasks += await synth_package(
+                sb,
+                src,
+                n=per_package,
+                seed=seed,
+                report=report,
+                log=log,
+                **kw,  # type: ignore[arg-type]
+            )
+    report.seconds = time.perf_counter() - start
+    return tasks, report
