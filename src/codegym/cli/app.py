@@ -15,6 +15,7 @@ from codegym.cli import (
     score_cmd,
     serve_cmd,
     serve_model_cmd,
+    tasks_cmd,
     train_cmd,
 )
 
@@ -28,6 +29,7 @@ app = typer.Typer(
 sandbox_cmd.app.command("serve")(serve_cmd.serve)
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.add_typer(image_cmd.app, name="image")
+app.add_typer(tasks_cmd.app, name="tasks")
 app.command("score")(score_cmd.score)
 app.command("eval")(eval_cmd.eval_)
 app.command("compare")(compare_cmd.compare)

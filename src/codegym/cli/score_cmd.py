@@ -109,6 +109,13 @@ def score(
     """
     if on_bad_line not in ("skip", "stop"):
         fail("--on-bad-line must be 'skip' or 'stop'")
+    from codegym.tasks.swe.task import is_task_file
+
+    if Path(suite).is_file() and is_task_file(suite):
+        from codegym.cli.swe_score import score_repository_tasks
+
+        score_repository_tasks(Path(suite), samples_file, out, workers, store, no_store, as_json)
+        return
     tasks = _load_suite(suite)
     samples = _read_samples(samples_file, tasks, on_bad_line)
     if not samples:

@@ -19,6 +19,12 @@ MODEL_OUTCOMES: Final = frozenset(
         "killed",  # died by a signal it (or its children) caused
         "no_code",  # nothing extractable in the completion
         "truncated",  # the completion was cut at max tokens
+        # repository tasks (SWE-style predictions; codegym.tasks.swe.grade)
+        "resolved",  # every FAIL_TO_PASS and PASS_TO_PASS test passed
+        "unresolved",  # the patch applied; a task test did not pass
+        "patch_apply_failed",  # the patch does not apply to the task's state
+        "empty_patch",  # no patch at all
+        "tests_timeout",  # the task's tests ran past their limit
     }
 )
 INFRA_OUTCOMES: Final = frozenset(

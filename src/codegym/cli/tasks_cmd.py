@@ -1,0 +1,76 @@
+"""``codegym tasks``: make repository tasks offline from real packages."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from codegym.cli._common import console, fail
+
+app = typer.Typer(help="Make SWE-style repository tasks from real packages.", no_args_is_help=True)
+
+
+@app.command("synth")
+def synth(
+    specs: Annotated[
+        list[Path], typer.Argument(help="Image specs of packages that ship their tests.")
+    ],
+    out: Annotated[Path, typer.Option(help="Where to write the tasks (JSONL).")],
+    per_package: Annotated[int, typer.Option(help="Mutants to try per package.")] = 100,
+    workers: Annotated[int | None, typer.Option(help="Suites run at once (default: CPUs).")] = None,
+    seed: Annotated[int, typer.Option(help="Which mutants are sampled.")] = 0,
+    max_share: Annotated[
+        float, typer.Option(help="Largest share of the suite a bug may fail.")
+    ] = 0.25,
+    clean_runs: Annotated[int, typer.Option(help="Clean suite runs that find stable tests.")] = 3,
+    combined: Annotated[float, typer.Option(help="Share of mutants with 2-3 bugs combined.")] = 0.2,
+    timeout_s: Annotated[float, typer.Option(help="Suite time limit (CPU seconds).")] = 60.0,
+    cache: Annotated[Path | None, typer.Option(help="Image cache folder.")] = None,
+) -> None:
+    """Mutate real functions, keep the bugs the package's own tests catch: FAIL_TO_PASS
+    and PASS_TO_PASS from JUnit results of fresh workspaces; the gold patch is the reverse."""
+    import os
+
+    from codegym.sandbox.images import ImageError, ImageStore
+    from codegym.tasks.swe.synth import synth as run
+    from codegym.tasks.swe.task import dump_tasks
+
+    if not 0 < max_share <= 1:
+        fail(f"--max-share {max_share}: use a share in (0, 1]")
+    if per_package < 1 or clean_runs < 1:
+        fail("--per-package and --clean-runs must be at least 1")
+    try:
+        store = ImageStore(cache)
+        tasks, report = asyncio.run(
+            run(
+                specs,
+                store,
+                per_package=per_package,
+                workers=workers or os.cpu_count() or 1,
+                seed=seed,
+                log=lambda m: console.print(m, highlight=False, soft_wrap=True),
+                runs=clean_runs,
+                max_share=max_share,
+                timeout_s=timeout_s,
+                combined_share=combined,
+            )
+        )
+    except (ImageError, RuntimeError) as e:
+        fail(str(e))
+    dump_tasks(tasks, out)
+    tried = sum(report.tried.values())
+    summary = {
+        "tasks": len(tasks),
+        "tried": tried,
+        "kept_share": round(len(tasks) / tried, 3) if tried else 0.0,
+        "packages": dict(report.kept),
+        "rejected": dict(report.rejected),
+        "families": dict(Counter(t.created_by["family"] for t in tasks)),
+        "seconds": round(report.seconds, 1),
+    }
+    typer.echo(json.dumps(summary))
