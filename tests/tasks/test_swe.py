@@ -1,0 +1,214 @@
+"""Repository tasks end to end: synthesis on a real package with a real pytest suite,
+grading of gold, empty, broken, no-op and test-editing patches, and the score command.
+
+The package is written here (``shapes``: a few functions and a pytest suite); its image's
+environment installs pytest from the package index by hash, so these tests skip only when
+the index cannot be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from codegym.sandbox import HostUnsupported, Sandbox
+from codegym.sandbox.images import ImageStore
+from codegym.sandbox.images.layers import remove_tree
+from codegym.tasks import DatasetError
+from codegym.tasks.swe.grade import grade
+from codegym.tasks.swe.synth import load_source, synth_package
+from codegym.tasks.swe.task import SweTask, load_tasks
+
+REPO = Path(__file__).resolve().parents[2]
+SHAPES = """\
+def area(w, h):
+    if w < 0 or h < 0:
+        raise ValueError("negative side")
+    return w * h
+
+
+def perimeter(w, h):
+    return 2 * (w + h)
+
+
+def scale(points, k):
+    return [(x * k, y * k) for x, y in points]
+
+
+def clamp(x, lo, hi):
+    if x < lo:
+        return lo
+    if x > hi:
+        return hi
+    return x
+"""
+TESTS = """\
+import pytest
+from shapes import area, clamp, perimeter, scale
+
+
+def test_area():
+    assert area(2, 3) == 6
+
+
+def test_area_negative():
+    with pytest.raises(ValueError):
+        area(-1, 2)
+
+
+def test_perimeter():
+    assert perimeter(2, 3) == 10
+
+
+def test_scale():
+    assert scale([(1, 2)], 3) == [(3, 6)]
+
+
+def test_clamp():
+    assert [clamp(v, 0, 10) for v in (-5, 5, 15)] == [0, 5, 10]
+"""
+
+
+def _index_reachable() -> bool:
+    try:
+        return httpx.get("https://pypi.org/simple/pytest/", timeout=10).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(
+    not _index_reachable(), reason="the package index (pytest's wheels) cannot be reached"
+)
+
+
+@pytest.fixture(scope="module")
+def shapes() -> Iterator[tuple[ImageStore, Path]]:
+    root = Path(tempfile.mkdtemp(prefix="codegym-test-swe-"))
+    os.chmod(root, 0o755)
+    (root / "src" / "tests").mkdir(parents=True)
+    (root / "src" / "shapes.py").write_text(SHAPES)
+    (root / "src" / "tests" / "test_shapes.py").write_text(TESTS)
+    spec = root / "shapes.toml"
+    spec.write_text(
+        'name = "shapes"\npython = "3.11"\n[source]\npath = "src"\n'
+        f'[environment]\nlock = "{REPO}/examples/images/pytest.lock"\n'
+    )
+    try:
+        yield ImageStore(root / "cache"), spec
+    finally:
+        remove_tree(root)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def made(shapes: tuple[ImageStore, Path]) -> AsyncIterator[tuple[Sandbox, list[SweTask]]]:
+    store, spec = shapes
+    src = load_source(spec, store)
+    box = Sandbox(workers=2, images=store)
+    try:
+        await box.start()
+    except HostUnsupported as e:
+        pytest.skip(str(e))
+    try:
+        tasks = await synth_package(box, src, n=60, seed=1, combined_share=0.0)
+        yield box, tasks
+    finally:
+        await box.close()
+
+
+pytestmark = [pytestmark, pytest.mark.asyncio(loop_scope="module")]
+
+
+async def test_synthesis_keeps_bugs_the_suite_catches(made: tuple[Sandbox, list[SweTask]]):
+    _, tasks = made
+    assert len(tasks) >= 5
+    names = ("test_area", "test_area_negative", "test_perimeter", "test_scale", "test_clamp")
+    everything = {f"tests/test_shapes.py::{n}" for n in names}
+    for t in tasks:
+        assert t.FAIL_TO_PASS and set(t.FAIL_TO_PASS) | set(t.PASS_TO_PASS) == everything
+        assert not set(t.FAIL_TO_PASS) & set(t.PASS_TO_PASS)
+        assert t.patch.startswith("diff --git a/shapes.py b/shapes.py")
+        assert t.test_files == ["tests/test_shapes.py"] and t.test_patch == ""
+        fixed = [ln[1:] for ln in t.patch.splitlines() if ln.startswith("+") and ln[1:].strip()]
+        assert not any(f.strip() in t.problem_statement for f in fixed if f.strip() != "+++")
+    assert len({frozenset(t.FAIL_TO_PASS) for t in tasks}) == len(tasks)  # deduplicated
+
+
+async def test_gold_resolves_and_what_cannot_resolve_does_not(made: tuple[Sandbox, list[SweTask]]):
+    sb, tasks = made
+    t = tasks[0]
+    for _ in range(3):
+        assert (await grade(sb, t, t.patch)).outcome == "resolved"
+    assert (await grade(sb, t, "")).outcome == "empty_patch"
+    assert (await grade(sb, t, "not a diff\n")).outcome == "patch_apply_failed"
+    noop = (
+        "diff --git a/NOTES b/NOTES\nnew file mode 100644\n--- /dev/null\n+++ b/NOTES\n"
+        "@@ -0,0 +1 @@\n+x\n"
+    )
+    assert (await grade(sb, t, noop)).outcome == "unresolved"
+    # a patch that guts the tests, or adds a conftest that skips everything, gains nothing
+    gut = (
+        "diff --git a/tests/test_shapes.py b/tests/test_shapes.py\ndeleted file mode 100644\n"
+        "--- a/tests/test_shapes.py\n+++ /dev/null\n"
+        + f"@@ -1,{len(TESTS.splitlines())} +0,0 @@\n"
+        + "".join("-" + line + "\n" for line in TESTS.splitlines())
+    )
+    assert (await grade(sb, t, gut)).outcome == "unresolved"
+    skip_all = (
+        "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/conftest.py\n@@ -0,0 +1,3 @@\n+import pytest\n"
+        "+def pytest_collection_modifyitems(items):\n+    items.clear()\n"
+    )
+    assert (await grade(sb, t, skip_all)).outcome == "unresolved"
+    assert (await grade(sb, t, t.patch + skip_all)).outcome == "resolved"  # conftest removed
+
+
+def test_score_command_grades_predictions_and_resumes(
+    made: tuple[Sandbox, list[SweTask]], shapes: tuple[ImageStore, Path], tmp_path: Path
+):
+    _, tasks = made
+    store, _ = shapes
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text("".join(t.model_dump_json() + "\n" for t in tasks[:3]))
+    preds = tmp_path / "preds.jsonl"
+    rows = [
+        {"instance_id": tasks[0].instance_id, "model_patch": tasks[0].patch},
+        {"instance_id": tasks[1].instance_id, "model_patch": ""},
+    ]
+    rows = [{**r, "model_name_or_path": "m"} for r in rows]
+    preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cmd = [str(Path(sys.executable).parent / "codegym"), "score", "--suite", str(task_file),
+           str(preds), "--out", str(tmp_path / "res.jsonl"), "--json",
+           "--store", str(tmp_path / "store.duckdb")]  # fmt: skip
+    env = {**os.environ, "CODEGYM_IMAGE_CACHE": str(store.root)}
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["resolved"] == 1 and summary["scored"] == 2, summary
+    out = [json.loads(line) for line in (tmp_path / "res.jsonl").read_text().splitlines()]
+    assert [(o["resolved"], o["outcome"]) for o in out] == [
+        (True, "resolved"),
+        (False, "empty_patch"),
+    ]
+    assert out[0]["model_name_or_path"] == "m"
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert json.loads(again.stdout) == summary  # from the store
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"instance_id": "nope", "model_patch": ""}\n')
+    r3 = subprocess.run([*cmd[:4], str(bad), *cmd[5:]], capture_output=True, text=True, env=env)
+    assert r3.returncode == 2 and "unknown instance_id 'nope'" in r3.stderr
+
+
+def test_a_bad_task_file_names_the_line(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"instance_id": "a"}\n')
+    with pytest.raises(DatasetError, match=r"t\.jsonl:1: not a repository task"):
+        load_tasks(p)
