@@ -85,9 +85,10 @@ def _index_reachable() -> bool:
         return False
 
 
-pytestmark = pytest.mark.skipif(
+needs_index = pytest.mark.skipif(
     not _index_reachable(), reason="the package index (pytest's wheels) cannot be reached"
 )
+in_module_loop = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest.fixture(scope="module")
@@ -124,9 +125,8 @@ async def made(shapes: tuple[ImageStore, Path]) -> AsyncIterator[tuple[Sandbox, 
         await box.close()
 
 
-pytestmark = [pytestmark, pytest.mark.asyncio(loop_scope="module")]
-
-
+@needs_index
+@in_module_loop
 async def test_synthesis_keeps_bugs_the_suite_catches(made: tuple[Sandbox, list[SweTask]]):
     _, tasks = made
     assert len(tasks) >= 5
@@ -142,6 +142,8 @@ async def test_synthesis_keeps_bugs_the_suite_catches(made: tuple[Sandbox, list[
     assert len({frozenset(t.FAIL_TO_PASS) for t in tasks}) == len(tasks)  # deduplicated
 
 
+@needs_index
+@in_module_loop
 async def test_gold_resolves_and_what_cannot_resolve_does_not(made: tuple[Sandbox, list[SweTask]]):
     sb, tasks = made
     t = tasks[0]
@@ -171,6 +173,7 @@ async def test_gold_resolves_and_what_cannot_resolve_does_not(made: tuple[Sandbo
     assert (await grade(sb, t, t.patch + skip_all)).outcome == "resolved"  # conftest removed
 
 
+@needs_index
 def test_score_command_grades_predictions_and_resumes(
     made: tuple[Sandbox, list[SweTask]], shapes: tuple[ImageStore, Path], tmp_path: Path
 ):
