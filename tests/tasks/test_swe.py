@@ -15,6 +15,7 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -215,3 +216,71 @@ def test_a_bad_task_file_names_the_line(tmp_path: Path) -> None:
     p.write_text('{"instance_id": "a"}\n')
     with pytest.raises(DatasetError, match=r"t\.jsonl:1: not a repository task"):
         load_tasks(p)
+
+
+class _Calls:
+    """A chat policy that plays tool calls from a function of the task's prompt."""
+
+    name = "scripted"
+
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+
+    async def generate(self, prompt: Any, params: Any) -> list[Any]:
+        from codegym.policies import Generation
+
+        n = 1 + sum(m["role"] == "assistant" for m in prompt)  # this episode's turn
+        name, args = self.plan(prompt, n)
+        call = {"id": f"c{n}", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)}}  # fmt: skip
+        return [Generation("", "tool_calls", tool_calls=(call,), tokens_out=5)]
+
+
+def _hunk_edit(patch: str) -> dict[str, str]:
+    """The gold patch as one `edit` call: the hunk's text before and after."""
+    path = patch.split(" b/", 1)[1].split("\n", 1)[0]
+    body = patch.split("@@", 2)[2].split("\n", 1)[1]
+    old = "".join(ln[1:] + "\n" for ln in body.splitlines() if ln[:1] in (" ", "-"))
+    new = "".join(ln[1:] + "\n" for ln in body.splitlines() if ln[:1] in (" ", "+"))
+    return {"path": path, "old": old, "new": new}
+
+
+@needs_index
+@in_module_loop
+async def test_agents_through_the_repo_env(made: tuple[Sandbox, list[SweTask]], tmp_path: Path):
+    from codegym.envs import Resources
+    from codegym.policies import SamplingParams
+    from codegym.rollout import EnvSpec, LocalExecutor, RolloutConfig, RolloutEngine
+    from codegym.tasks.swe.task import as_taskset, swe_of
+
+    sb, tasks = made
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text("".join(t.model_dump_json() + "\n" for t in tasks[:3]))
+    taskset = as_taskset(task_file)
+
+    def gold(prompt: Any, n: int) -> tuple[str, dict[str, str]]:
+        swe = next(t for t in tasks if t.problem_statement == prompt[1]["content"])
+        steps = [("run_tests", {}), ("edit", _hunk_edit(swe.patch)), ("view", {"path": "."}),
+                 ("submit", {})]  # fmt: skip
+        return steps[n - 1]
+
+    def noop(prompt: Any, n: int) -> tuple[str, dict[str, str]]:
+        return ("bash", {"command": "ls"}) if n == 1 else ("submit", {})
+
+    def cheat(prompt: Any, n: int) -> tuple[str, dict[str, str]]:  # makes the tests pass
+        if n == 1:
+            return "bash", {"command": "sed -i 's/assert /assert True or /' tests/test_shapes.py"}
+        return ("run_tests", {}) if n == 2 else ("submit", {})
+
+    outcomes = {}
+    for name, plan in (("gold", gold), ("noop", noop), ("cheat", cheat)):
+        ex = LocalExecutor(EnvSpec("repo", {}), _Calls(plan), SamplingParams(), Resources(sb))
+        engine = RolloutEngine(ex, RolloutConfig(group_size=2), env="repo")
+        groups = [g async for g in engine.run(list(taskset.tasks))]
+        trajs = [t for g in groups for t in g.trajectories]
+        assert engine.stats.scored == len(trajs) == 6, engine.stats
+        outcomes[name] = sorted({(t.outcome, t.reward) for t in trajs})
+    assert outcomes["gold"] == [("resolved", 1.0)]
+    assert outcomes["noop"] == [("empty_patch", 0.0)]  # changed nothing
+    assert outcomes["cheat"] == [("unresolved", 0.0)]
+    assert swe_of(taskset.tasks[0]).instance_id == tasks[0].instance_id

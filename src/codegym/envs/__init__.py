@@ -20,6 +20,7 @@ from codegym.envs.env import (
     make_env,
     register,
 )
+from codegym.envs.repo_env import RepoEnv
 from codegym.envs.rewards import RewardContext, RewardFn, Rubric, tests_passed
 from codegym.envs.tokens import ByteTokenizer, Tokenizer, TokenPolicy
 from codegym.envs.tool_env import TOOLS, ToolEnv
@@ -35,6 +36,7 @@ __all__ = [
     "EnvInfraError",
     "Message",
     "ModelTurn",
+    "RepoEnv",
     "Resources",
     "RewardContext",
     "RewardFn",

@@ -352,6 +352,13 @@ def load_suite(
         return load_synthetic(spec)
     path = Path(spec)
     if path.is_file():
+        from codegym.tasks.swe.task import as_taskset, is_task_file
+
+        if format in (None, "swe") and is_task_file(path):  # repository tasks (SWE-style)
+            ts = as_taskset(path)
+            if sha256 is not None:
+                check_sha256_of(ts, sha256)
+            return ts  # type: ignore[no-any-return]
         return load_jsonl(path, format=format, sha256=sha256, on_bad_line=on_bad_line)
     near = difflib.get_close_matches(spec, list(_SUITES), n=3, cutoff=0.6)
     hint = f" Did you mean {', '.join(map(repr, near))}?" if near else ""

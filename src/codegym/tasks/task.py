@@ -52,23 +52,26 @@ class Task:
     """Group label for clustered standard errors (defaults to the id)."""
     limits: Limits | None = None
     """Per-task limits (set from the reference's measured CPU time); None: the suite's."""
+    repo: str = ""
+    """A repository task instead of tests here: its ``SweTask`` as JSON, graded by
+    ``codegym.tasks.swe.grade`` on a copy of its repository (the ``repo`` environment)."""
     metadata: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     """Free-form labels (source, difficulty, family); not part of the digest."""
 
     def __post_init__(self) -> None:
         if not self.id:
             raise ValueError("a task needs a non-empty id")
-        if bool(self.io_cases) == bool(self.test):
+        if sum(map(bool, (self.io_cases, self.test, self.repo))) != 1:
             raise ValueError(
-                f"task {self.id!r}: give either assert tests (entry_point + test) "
-                "or io_cases, exactly one of them"
+                f"task {self.id!r}: give either assert tests (entry_point + test), "
+                "io_cases, or a repository task (repo), exactly one of them"
             )
         if self.test and not self.entry_point:
             raise ValueError(f"task {self.id!r}: assert-style tests need an entry_point")
 
     @property
-    def kind(self) -> Literal["assert", "io"]:
-        return "io" if self.io_cases else "assert"
+    def kind(self) -> Literal["assert", "io", "repo"]:
+        return "repo" if self.repo else "io" if self.io_cases else "assert"
 
     @property
     def group(self) -> str:
@@ -98,6 +101,11 @@ class Task:
         """
         if self.kind == "io":
             return [IOTest(c.stdin, c.expected, compare=self.compare) for c in self.io_cases]
+        if self.kind == "repo":
+            raise ValueError(
+                f"task {self.id!r} is a repository task: grade it with the repo environment "
+                "(codegym.tasks.swe.grade), not with sandbox tests"
+            )
         root = re.match(r"[A-Za-z_]\w*", self.entry_point)
         names = (root.group(0),) if root else ()
         code = f"{self.test}\n\n{self.check_call()}\n"

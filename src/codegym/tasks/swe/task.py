@@ -99,3 +99,37 @@ def dump_tasks(tasks: list[SweTask], path: str | Path) -> None:
     tmp = Path(f"{path}.tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+def as_taskset(path: str | Path) -> Any:
+    """The tasks of a repository-task file as a ``TaskSet`` (what ``eval`` and ``rollout``
+    take): each ``Task`` carries its ``SweTask`` as ``repo`` (part of its digest) and the
+    problem statement as its prompt; its package is its cluster (for clustered errors)."""
+    import hashlib
+
+    from codegym.tasks.task import Task
+    from codegym.tasks.taskset import TaskSet
+
+    p = Path(path)
+    tasks = load_tasks(p)
+    as_tasks = tuple(
+        Task(id=t.instance_id, prompt=t.problem_statement, cluster=t.repo, repo=t.model_dump_json())
+        for t in tasks
+    )
+    digest = hashlib.sha256(p.read_bytes()).hexdigest()
+    return TaskSet(p.stem, as_tasks, sha256=digest, source=str(p))
+
+
+def swe_of(task: Any) -> SweTask:
+    """The repository task inside a ``Task`` made by ``as_taskset``.
+
+    Raises:
+        DatasetError: the task is not a repository task.
+    """
+    raw = getattr(task, "repo", "")
+    if not raw:
+        raise DatasetError(
+            f"task {getattr(task, 'id', task)!r} is not a repository task; the repo "
+            "environment takes a task file made by `codegym tasks synth`"
+        )
+    return SweTask.model_validate_json(raw)
