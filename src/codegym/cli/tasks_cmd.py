@@ -30,6 +30,9 @@ def synth(
     clean_runs: Annotated[int, typer.Option(help="Clean suite runs that find stable tests.")] = 3,
     combined: Annotated[float, typer.Option(help="Share of mutants with 2-3 bugs combined.")] = 0.2,
     timeout_s: Annotated[float, typer.Option(help="Suite time limit (CPU seconds).")] = 60.0,
+    gold_runs: Annotated[
+        int, typer.Option(help="Gradings of each gold patch that must all resolve (0: none).")
+    ] = 3,
     cache: Annotated[Path | None, typer.Option(help="Image cache folder.")] = None,
 ) -> None:
     """Mutate real functions, keep the bugs the package's own tests catch: FAIL_TO_PASS
@@ -58,6 +61,7 @@ def synth(
                 max_share=max_share,
                 timeout_s=timeout_s,
                 combined_share=combined,
+                gold_runs=gold_runs,
             )
         )
     except (ImageError, RuntimeError) as e:

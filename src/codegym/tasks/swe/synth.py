@@ -10,7 +10,8 @@ mutant becomes a task when at least one stable test fails (``FAIL_TO_PASS``), at
 suite finished in time; ``PASS_TO_PASS`` is the stable rest. Tasks are deduplicated by
 patch and by ``FAIL_TO_PASS`` set. The gold patch is the reverse of the mutation; the
 problem statement is written from the failing tests' names and messages, never from the
-change.
+change. Last, the gold patch is graded ``gold_runs`` times as any prediction would be (a
+fork of the task's state, tests restored); a task it does not resolve every time is dropped.
 """
 
 from __future__ import annotations
@@ -223,6 +224,7 @@ async def synth_package(
     max_share: float = 0.25,
     timeout_s: float = 60.0,
     combined_share: float = 0.2,
+    gold_runs: int = 3,
     report: Report | None = None,
     log: Log | None = None,
 ) -> list[SweTask]:
@@ -251,9 +253,24 @@ async def synth_package(
         seen_patch.add(digest)
         seen_f2p.add(key)
         tasks.append(verdict)
+    if gold_runs:
+        verified = await asyncio.gather(*(_gold_holds(sb, t, gold_runs) for t in tasks))
+        report.rejected["gold does not resolve"] += verified.count(False)
+        tasks = [t for t, ok in zip(tasks, verified, strict=True) if ok]
     report.kept[src.name] += len(tasks)
     say(f"{src.name}: kept {len(tasks)} of {len(pool)} mutants")
     return tasks
+
+
+async def _gold_holds(sb: Sandbox, task: SweTask, runs: int) -> bool:
+    """Whether the gold patch resolves the task ``runs`` times out of ``runs``, graded as
+    any prediction is (a fork of the task's state, tests restored)."""
+    from codegym.tasks.swe.grade import grade
+
+    for _ in range(runs):
+        if not (await grade(sb, task, task.patch)).resolved:
+            return False
+    return True
 
 
 async def synth(
