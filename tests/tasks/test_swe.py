@@ -284,3 +284,32 @@ async def test_agents_through_the_repo_env(made: tuple[Sandbox, list[SweTask]], 
     assert outcomes["noop"] == [("empty_patch", 0.0)]  # changed nothing
     assert outcomes["cheat"] == [("unresolved", 0.0)]
     assert swe_of(taskset.tasks[0]).instance_id == tasks[0].instance_id
+
+
+@needs_index
+def test_rollout_runs_the_repo_env_on_a_task_file(
+    made: tuple[Sandbox, list[SweTask]], shapes: tuple[ImageStore, Path], tmp_path: Path
+) -> None:
+    from codegym.testing import FakeOpenAIServer
+
+    _, tasks = made
+    store, _ = shapes
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text("".join(t.model_dump_json() + "\n" for t in tasks[:2]))
+
+    def agent(prompt: Any, params: Any, index: int) -> str:  # looks once, then submits
+        acted = isinstance(prompt, list) and any(m.get("role") == "assistant" for m in prompt)
+        return "```submit\n```" if acted else "```bash\nls\n```"
+
+    with FakeOpenAIServer(responder=agent) as srv:
+        cmd = [str(Path(sys.executable).parent / "codegym"), "rollout", "--env", "repo",
+               "--suite", str(task_file), "--model", srv.model, "--base-url", srv.base_url,
+               "--out", str(tmp_path / "run"), "--groups", "2", "--group-size", "2",
+               "--no-store", "--workers", "2"]  # fmt: skip
+        env = {**os.environ, "CODEGYM_IMAGE_CACHE": str(store.root)}
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["requested"], summary["scored"]) == (4, 4), summary
+    lines = (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()
+    assert {json.loads(x)["outcome"] for x in lines} == {"empty_patch"}

@@ -74,6 +74,13 @@ def rollout(
         list[Path] | None, typer.Option(help="Python file registering envs.")
     ] = None,
     env_options: Annotated[str, typer.Option(help="Env options as a JSON object.")] = "{}",
+    suite: Annotated[
+        str | None,
+        typer.Option(
+            help="Tasks from a suite instead of a synthetic family: humaneval, synth:..., or a "
+            "dataset file (repository tasks included, for --env repo); the first GROUPS tasks."
+        ),
+    ] = None,
     family: Annotated[str, typer.Option(help="Synthetic task family.")] = "infer",
     difficulty: Annotated[int, typer.Option(help="Synthetic task difficulty.")] = 1,
     task_seed: Annotated[int, typer.Option(help="Seed of the synthetic tasks.")] = 1,
@@ -126,7 +133,10 @@ def rollout(
     if mode not in ("chat", "completions"):
         fail(f"--mode {mode!r}: use chat or completions")
     try:
-        tasks = generate(family, groups, task_seed, difficulty)
+        tasks = _tasks(suite, groups) if suite else generate(family, groups, task_seed, difficulty)
+        images = _images_for(tasks, suite) if suite else None
+        if images is not None and ray_address is not None:
+            fail("repository tasks run on the local executor only for now: drop --ray-address")
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens)
         cfg = RolloutConfig(
             group_size=group_size,
@@ -160,7 +170,7 @@ def rollout(
             )
     except (ValueError, PolicyError, RolloutError) as e:
         fail(str(e))
-    run = _Run(tier, workers, ray_opts, policy_factory, tuple(env_file or ()))
+    run = _Run(tier, workers, ray_opts, policy_factory, tuple(env_file or ()), images)
     with open_store(store, no_store) as st:
         try:
             summary = asyncio.run(
@@ -171,6 +181,37 @@ def rollout(
     typer.echo(json.dumps(summary, indent=2))
     if summary.get("aborted"):
         fail(summary["aborted"], code=3)
+
+
+def _tasks(suite: str, groups: int) -> list[Any]:
+    """The first ``groups`` tasks of ``suite`` (any spec ``load_suite`` takes)."""
+    from codegym.tasks import DatasetError, load_suite
+
+    try:
+        ts = load_suite(suite)
+    except DatasetError as e:
+        fail(str(e))
+    if len(ts.tasks) < groups:
+        fail(f"--suite {suite} has {len(ts.tasks)} tasks; ask for at most that many --groups")
+    return list(ts.tasks[:groups])
+
+
+def _images_for(tasks: list[Any], suite: str) -> Any:
+    """The image cache, with every image the repository tasks start from (built from their
+    specs where missing); None when the tasks are not repository tasks."""
+    if not any(getattr(t, "repo", "") for t in tasks):
+        return None
+    from codegym.sandbox.images import ImageError, ImageStore
+    from codegym.tasks import DatasetError
+    from codegym.tasks.swe.score import ensure_images
+    from codegym.tasks.swe.task import swe_of
+
+    store = ImageStore()
+    try:
+        ensure_images([swe_of(t) for t in tasks], store, Path(suite))
+    except (DatasetError, ImageError) as e:
+        fail(str(e))
+    return store
 
 
 def load_env_files(paths: tuple[Path, ...]) -> None:
@@ -188,6 +229,8 @@ class _Run:
     ray: RayOptions | None
     policy_factory: Callable[[], OpenAIPolicy]
     env_files: tuple[Path, ...]
+    images: Any = None
+    """The image cache, when the tasks are repository tasks."""
 
 
 async def _rollout(
@@ -207,7 +250,9 @@ async def _rollout(
         ex: LocalExecutor | RayExecutor
         ray_ex: RayExecutor | None = None
         if run.ray is None:
-            sb = await stack.enter_async_context(Sandbox(tier=run.tier, workers=run.workers))
+            sb = await stack.enter_async_context(
+                Sandbox(tier=run.tier, workers=run.workers, images=run.images)
+            )
             await stack.enter_async_context(policy)
             resources = Resources(sb, tier=run.tier)
             spec.make(resources)  # validate the options before any request
