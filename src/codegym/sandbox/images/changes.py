@@ -171,9 +171,9 @@ def patch(changes: Changes, lower: LowerView, excludes: tuple[str, ...] = PATCH_
         before, after = _old(lower, rel), new.get(rel)
         if before and after and (before[0] == 0o120000) != (after[0] == 0o120000):
             # a file became a link or the other way: git writes a deletion and a new file
-            out += [_file_patch(rel, before, None), _file_patch(rel, None, after)]
+            out += [file_patch(rel, before, None), file_patch(rel, None, after)]
         else:
-            out.append(_file_patch(rel, before, after))
+            out.append(file_patch(rel, before, after))
     return "".join(out)
 
 
@@ -235,7 +235,7 @@ def _binary(data: bytes) -> list[str]:
     return [*lines, "\n"]
 
 
-def _file_patch(rel: str, before: tuple[int, bytes] | None, after: tuple[int, bytes] | None) -> str:
+def file_patch(rel: str, before: tuple[int, bytes] | None, after: tuple[int, bytes] | None) -> str:
     if before is None and after is None:
         return ""
     if before is not None and before == after:

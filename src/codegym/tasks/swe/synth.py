@@ -29,7 +29,7 @@ from pathlib import Path
 
 from codegym.sandbox import Sandbox
 from codegym.sandbox.images import Image, ImageSpec, ImageStore, build_image
-from codegym.sandbox.images.changes import _file_patch
+from codegym.sandbox.images.changes import file_patch
 from codegym.sandbox.images.layers import walk
 from codegym.tasks.swe import junit
 from codegym.tasks.swe.mutate import Mutant, combine, find_mutants, sample
@@ -154,8 +154,8 @@ async def judge_mutant(
     gold = bug = ""
     for path, (original, mutated) in sorted(mutant.files.items()):
         clean, buggy = (0o100644, original.encode()), (0o100644, mutated.encode())
-        gold += _file_patch(path, buggy, clean)
-        bug += _file_patch(path, clean, buggy)
+        gold += file_patch(path, buggy, clean)
+        bug += file_patch(path, clean, buggy)
     return SweTask(
         instance_id=f"{src.name}__{src.version}__{mutant.key}",
         repo=src.name,
