@@ -236,6 +236,8 @@ def _binary(data: bytes) -> list[str]:
 
 
 def file_patch(rel: str, before: tuple[int, bytes] | None, after: tuple[int, bytes] | None) -> str:
+    """One file's part of a git patch: ``before`` and ``after`` are (git mode, content),
+    None for a file that does not exist on that side."""
     if before is None and after is None:
         return ""
     if before is not None and before == after:
