@@ -78,3 +78,39 @@ def synth(
         "seconds": round(report.seconds, 1),
     }
     typer.echo(json.dumps(summary))
+
+
+@app.command("prepare")
+def prepare(
+    tasks_file: Annotated[Path, typer.Argument(help="A repository task file (JSONL, or .gz).")],
+    cache: Annotated[Path | None, typer.Option(help="Image cache folder.")] = None,
+    workers: Annotated[int, typer.Option(help="Sandbox workers.")] = 2,
+) -> None:
+    """Build every image the tasks start from (fetching their sdists and packages now,
+    checked by sha256) and make each task's starting state, so that scoring and rollouts
+    never fetch or build anything."""
+    from codegym.sandbox import HostUnsupported, Sandbox, SandboxError
+    from codegym.sandbox.images import ImageError, ImageStore
+    from codegym.tasks import DatasetError
+    from codegym.tasks.swe.grade import task_state
+    from codegym.tasks.swe.score import ensure_images
+    from codegym.tasks.swe.task import load_tasks
+
+    try:
+        tasks = load_tasks(tasks_file)
+        store = ImageStore(cache)
+        ensure_images(tasks, store, tasks_file, lambda m: console.print(m, highlight=False))
+    except (DatasetError, ImageError) as e:
+        fail(str(e))
+
+    async def states() -> int:
+        async with Sandbox(workers=workers, images=store) as sb:
+            for t in tasks:
+                await task_state(sb, t)
+        return len(tasks)
+
+    try:
+        n = asyncio.run(states())
+    except (HostUnsupported, SandboxError) as e:
+        fail(str(e))
+    typer.echo(json.dumps({"tasks": n, "images": len({t.image for t in tasks})}))

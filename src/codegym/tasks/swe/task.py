@@ -65,9 +65,9 @@ def load_tasks(path: str | Path) -> list[SweTask]:
     p = Path(path)
     out = []
     try:
-        lines = p.read_text().splitlines()
-    except OSError as e:
-        raise DatasetError(f"cannot read {p}: {e.strerror}") from None
+        lines = _read(p).splitlines()
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise DatasetError(f"cannot read {p}: {e}") from None
     seen: set[str] = set()
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -83,13 +83,25 @@ def load_tasks(path: str | Path) -> list[SweTask]:
     return out
 
 
+def _read(p: Path) -> str:
+    """A task file's text (gzip when the name ends in ``.gz``)."""
+    if p.name.endswith(".gz"):
+        import gzip
+
+        return gzip.decompress(p.read_bytes()).decode()
+    return p.read_text()
+
+
 def is_task_file(path: str | Path) -> bool:
     """Whether the file's first object has a repository task's fields."""
+    import gzip
+
+    p = Path(path)
     try:
-        with open(path) as f:
+        with gzip.open(p, "rt") if p.name.endswith(".gz") else open(p) as f:
             first = next((line for line in f if line.strip()), "")
         keys = set(json.loads(first))
-    except (OSError, ValueError, TypeError):
+    except (OSError, EOFError, ValueError, TypeError):
         return False
     return {"instance_id", "FAIL_TO_PASS", "patch"} <= keys
 
