@@ -6,8 +6,8 @@ whether injected faults ever turn into model outcomes.
 Sections, on the first ``--tasks`` tasks of the file (made by ``codegym tasks synth``):
   time       seconds per grading (fork of the task's state, apply, restore tests, suite,
              JUnit), p50 and p95, gold patches
-  agreement  every gold patch and a wrong patch per task (another task's gold, applied to
-             this one) graded 3 times: identical outcomes in all three
+  agreement  every gold patch and a wrong patch per task (another task's bug: it applies
+             and fixes nothing) graded 3 times: identical outcomes in all three
   faults     gold patches graded with the worker killed mid-suite (must answer ``infra`` or,
              when the kill missed, ``resolved``: never a model failure), and with a patch
              that hangs the suite (``time.sleep`` at import: the model's ``tests_timeout``)
@@ -49,7 +49,7 @@ async def agreement(sb: Sandbox, tasks: list[SweTask]) -> tuple[int, int, Counte
     same = total = 0
     seen: Counter[str] = Counter()
     for i, t in enumerate(tasks):
-        wrong = tasks[(i + 1) % len(tasks)].patch
+        wrong = tasks[(i + 1) % len(tasks)].bug  # another task's bug: applies, fixes nothing
         for patch in (t.patch, wrong):
             outs = [(await grade(sb, t, patch)).outcome for _ in range(3)]
             seen.update(outs)
@@ -108,7 +108,8 @@ async def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cache", default=None)
     args = ap.parse_args()
-    tasks = load_tasks(Path(args.tasks))[: args.n]
+    every = load_tasks(Path(args.tasks))
+    tasks = every[:: max(1, len(every) // args.n)][: args.n]  # spread over the packages
     store = ImageStore(args.cache)
     async with Sandbox(workers=args.workers, images=store) as sb:
         times = await timing(sb, tasks)
