@@ -74,6 +74,12 @@ class ExecResult:
     tests: tuple[TestResult, ...] = field(default=())
     """Per-test outcomes of a batch call, in order; empty for a plain run."""
 
+    @classmethod
+    def infra(cls, reason: str) -> ExecResult:
+        """The result of an execution the sandbox itself failed (nothing ran, or nothing
+        of it can be trusted)."""
+        return cls(Verdict.INFRA, None, None, "", "", 0.0, 0.0, reason=reason)
+
     @property
     def ok(self) -> bool:
         return self.verdict is Verdict.OK

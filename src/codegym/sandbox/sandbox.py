@@ -560,16 +560,7 @@ def _argv(command: str | Sequence[str]) -> list[str]:
 
 
 def _infra(reason: str) -> ExecResult:
-    return ExecResult(
-        verdict=Verdict.INFRA,
-        exit_code=None,
-        signal=None,
-        stdout="",
-        stderr="",
-        cpu_s=0.0,
-        wall_s=0.0,
-        reason=reason,
-    )
+    return ExecResult.infra(reason)
 
 
 class Session(Sandbox):

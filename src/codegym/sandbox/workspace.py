@@ -29,7 +29,7 @@ from codegym.sandbox.images.changes import Changes, LowerView, patch, write_laye
 from codegym.sandbox.images.errors import ImageBuildError
 from codegym.sandbox.images.store import Image, ImageStore, image_digest
 from codegym.sandbox.limits import Limits
-from codegym.sandbox.result import ExecResult, Verdict
+from codegym.sandbox.result import ExecResult
 
 if TYPE_CHECKING:
     from codegym.sandbox.sandbox import Sandbox, TestCase
@@ -226,13 +226,4 @@ class Workspace:
 
 
 def _lost() -> ExecResult:
-    return ExecResult(
-        verdict=Verdict.INFRA,
-        exit_code=None,
-        signal=None,
-        stdout="",
-        stderr="",
-        cpu_s=0.0,
-        wall_s=0.0,
-        reason="the workspace's worker died; its files are lost",
-    )
+    return ExecResult.infra("the workspace's worker died; its files are lost")

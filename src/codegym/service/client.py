@@ -47,7 +47,6 @@ from codegym.sandbox import (
     SandboxInfraError,
     SandboxInputError,
     TestCase,
-    Verdict,
     WorkspaceError,
 )
 from codegym.sandbox.limits import check_path
@@ -641,13 +640,4 @@ def _retry_after(resp: _Reply) -> float | None:
 
 
 def _infra(reason: str) -> ExecResult:
-    return ExecResult(
-        verdict=Verdict.INFRA,
-        exit_code=None,
-        signal=None,
-        stdout="",
-        stderr="",
-        cpu_s=0.0,
-        wall_s=0.0,
-        reason=reason,
-    )
+    return ExecResult.infra(reason)
