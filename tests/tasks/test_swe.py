@@ -79,6 +79,27 @@ def test_clamp():
 """
 
 
+SITE = ".venv/lib/python3.11/site-packages"
+PASS_ALL = """import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    report.outcome = "passed"
+"""
+
+
+def _new(path: str, text: str) -> str:
+    """A git patch that creates ``path`` with ``text``."""
+    lines = text.splitlines()
+    body = "".join(f"+{line}\n" for line in lines)
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+        f"@@ -0,0 +1,{len(lines)} @@\n{body}"
+    )
+
+
 def _index_reachable() -> bool:
     try:
         return httpx.get("https://pypi.org/simple/pytest/", timeout=10).status_code == 200
@@ -172,6 +193,12 @@ async def test_gold_resolves_and_what_cannot_resolve_does_not(made: tuple[Sandbo
     )
     assert (await grade(sb, t, skip_all)).outcome == "unresolved"
     assert (await grade(sb, t, t.patch + skip_all)).outcome == "resolved"  # conftest removed
+    # plugins that mark every test passed, loaded from places a fix has no business in
+    for forged in (_new("pytest.ini", "[pytest]\naddopts = -p zzp\n") + _new("zzp.py", PASS_ALL),
+                   _new(f"{SITE}/zz.pth", "import os; os.environ['PYTEST_PLUGINS'] = 'zzp'\n")
+                   + _new(f"{SITE}/zzp.py", PASS_ALL),
+                   _new("pytest.py", "import sys; sys.exit(0)\n")):  # fmt: skip
+        assert (await grade(sb, t, forged)).outcome == "unresolved", forged
 
 
 @needs_index

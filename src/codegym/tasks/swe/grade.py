@@ -4,16 +4,18 @@ task's own test files restored, by structured test results.
 The starting state is the clean image with the task's bug applied, frozen once per task
 (``task_state``) and forked for every grading, so predictions for one instance never
 rebuild anything. A grading opens a kept workspace of that state, applies the patch with
-``git apply`` (from stdin: no file of ours in the tree), puts back every test file and
-test configuration the patch touched (and removes the ones it added), runs the suite with
-JUnit XML, and decides: resolved when every ``FAIL_TO_PASS`` test passes (a skip fails
-it) and every ``PASS_TO_PASS`` test passes or is skipped.
+``git apply`` (from stdin: no file of ours in the tree), undoes what a fix has no business
+changing (tests and their configuration, the environment, new files at the top level, new
+links: ``_restore_tests``), runs the suite with JUnit XML, and decides: resolved when
+every ``FAIL_TO_PASS`` test passes (a skip fails it) and every ``PASS_TO_PASS`` test passes
+or is skipped.
 
 Model outcomes: ``resolved``, ``unresolved``, ``patch_apply_failed``, ``empty_patch``,
 ``tests_timeout``. Infra (the workspace, the worker, the image) is ``infra``: never scored.
 What this cannot stop: the tests run in the same interpreter as the patched package (as in
 every pytest-based grader), so a patch that rewrites pytest's behaviour from inside the
-package could forge a report; restoring tests and configuration closes the cheap routes.
+package could forge a report (an exit hook that rewrites the JUnit file, say); undoing
+everything but the project's own code closes the routes that need no such code.
 """
 
 from __future__ import annotations
@@ -104,12 +106,26 @@ async def grade(sb: Sandbox, task: SweTask, patch: str) -> Graded:
 
 
 async def _restore_tests(ws: Workspace, task: SweTask, store: ImageStore, state: Image) -> None:
-    """Put back every test file the patch changed or removed, and remove those it added:
-    the task's tests are the image's, whatever the patch did to them."""
+    """Keep only what a fix may change; put everything else back as the image has it.
+
+    A patch may change the project's existing files and add files in folders the project
+    already had, below its root. Everything else is undone before the tests run: test files
+    and test configuration (restored to the image's version, or removed when new), the
+    environment (``.venv``, ``.debian``: a ``.pth`` or ``sitecustomize`` there runs in
+    every interpreter), anything new at the top level (a ``pytest.py`` or ``pytest.ini``
+    there is what ``python -m pytest`` finds first), and links the image did not have.
+    """
     listed = set(task.test_files)
 
-    def is_test(rel: str) -> bool:
-        return rel in listed or matches(rel, DEFAULT_GLOBS)
+    def allowed(rel: str, kind: str, before: object) -> bool:
+        parts = rel.split("/")
+        if rel in listed or matches(rel, DEFAULT_GLOBS) or parts[0] in (".venv", ".debian"):
+            return False
+        if len(parts) == 1 and before is None:
+            return False  # new at the top level: configuration or a module pytest may find
+        if kind == "l" and before is None:
+            return False  # a new link could point anywhere
+        return not parts[-1].endswith((".pth", ".ini", ".cfg", ".toml")) or before is not None
 
     changes = await ws.changes()
     lower = LowerView(list(reversed(store.layer_paths(state))))
@@ -118,19 +134,27 @@ async def _restore_tests(ws: Workspace, task: SweTask, store: ImageStore, state:
     for rel, kind, _mode, opaque in changes.entries:
         before = lower.lookup(rel)
         was_dir = before is not None and stat.S_ISDIR(before.st_mode)
-        if kind == "d" and not (opaque and was_dir):
+        if kind == "d":
+            if opaque and was_dir:  # a folder of the image emptied: what must stay returns
+                for sub in lower.files_under(rel):
+                    if not allowed(sub, "f", True):
+                        restore[sub] = lower.read(sub)
+            elif before is None and not allowed(rel, "d", None):
+                remove.append(rel)
             continue
-        if was_dir:  # a folder of the image removed, replaced or emptied: its tests return
+        if was_dir:  # a folder of the image removed or replaced by a file or link
             for sub in lower.files_under(rel):
-                if is_test(sub):
+                if not allowed(sub, "f", True):
                     restore[sub] = lower.read(sub)
-            if kind in ("f", "l"):
+            if kind in ("f", "l") and not allowed(rel, kind, None):
                 remove.append(rel)
-        elif is_test(rel):
-            if kind != "w":
-                remove.append(rel)
-            if before is not None and stat.S_ISREG(before.st_mode):
-                restore[rel] = lower.read(rel)
+            continue
+        if allowed(rel, kind, before):
+            continue
+        if kind != "w":
+            remove.append(rel)
+        if before is not None and stat.S_ISREG(before.st_mode):
+            restore[rel] = lower.read(rel)
     for argv, files in ((["rm", "-rf", "--", *remove], None), (["true"], restore)):
         if (argv[0] == "rm" and not remove) or (files is not None and not files):
             continue
