@@ -34,8 +34,8 @@ from codegym.envs.env import (
     Turn,
     register,
 )
-from codegym.envs.tool_env import _calls, _tool
-from codegym.sandbox import ExecResult, Limits, SandboxError, SandboxInfraError, Verdict
+from codegym.envs.tool_env import _calls, _exec, _tool
+from codegym.sandbox import Limits, SandboxError, SandboxInfraError, Verdict
 from codegym.sandbox.workspace import Workspace
 from codegym.tasks import Task
 from codegym.tasks.swe import junit
@@ -192,7 +192,7 @@ class RepoEnv(Env):
         a = {k: str(v) for k, v in args.items()}
         try:
             if name == "bash":
-                return _shown(
+                return _exec(
                     await self.ws.run(["bash", "-c", a.get("command", "")], limits=TOOL_LIMITS)
                 )
             if name == "view":
@@ -341,15 +341,6 @@ class RepoEnv(Env):
             timings=sw.seconds,
             info={"turns": self.turns, "patch": patch},
         )
-
-
-def _shown(r: ExecResult) -> tuple[bool, str]:
-    if r.verdict is Verdict.INFRA:
-        raise EnvInfraError("infra", r.reason)
-    out = r.stdout + (f"\n[stderr]\n{r.stderr}" if r.stderr else "")
-    if r.verdict is not Verdict.OK:
-        out += f"\n[{r.verdict.value}] exit={r.exit_code} {r.reason}".rstrip()
-    return r.verdict is Verdict.OK, out
 
 
 def _fallback(text: str) -> list[tuple[str | None, str, Any]]:
