@@ -340,3 +340,46 @@ def test_rollout_runs_the_repo_env_on_a_task_file(
     assert (summary["requested"], summary["scored"]) == (4, 4), summary
     lines = (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()
     assert {json.loads(x)["outcome"] for x in lines} == {"empty_patch"}
+
+
+@needs_index
+def test_eval_runs_agents_on_repository_tasks(
+    made: tuple[Sandbox, list[SweTask]], shapes: tuple[ImageStore, Path], tmp_path: Path
+) -> None:
+    from codegym.testing import FakeOpenAIServer
+
+    _, tasks = made
+    store, _ = shapes
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text("".join(t.model_dump_json() + "\n" for t in tasks[:2]))
+
+    def agent(prompt: Any, params: Any, index: int) -> str:
+        """Applies the gold patch with git on the first task; gives up on the second."""
+        if any(m.get("role") == "assistant" for m in prompt):
+            return "```submit\n```"
+        if prompt[1]["content"] != tasks[0].problem_statement:
+            return "```bash\nls\n```"
+        return f"```bash\ngit apply <<'EOF'\n{tasks[0].patch}EOF\n```"
+
+    codegym = str(Path(sys.executable).parent / "codegym")
+    env = {**os.environ, "CODEGYM_IMAGE_CACHE": str(store.root)}
+    with FakeOpenAIServer(responder=agent) as srv:
+        cmd = [codegym, "eval", "--env", "repo", "--mode", "chat", "--suite", str(task_file),
+               "--model", srv.model, "--base-url", srv.base_url, "-n", "2",
+               "--out", str(tmp_path / "run"), "--no-store", "--workers", "2", "--json"]  # fmt: skip
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        plain = subprocess.run([*cmd[:2], *cmd[4:]], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads(r.stdout)
+    assert summary["outcomes"] == {"empty_patch": 2, "resolved": 2}, summary
+    assert summary["pass_at_k"]["1"]["estimate"] == 0.5 and summary["tasks"] == 2
+    rows = [json.loads(x) for x in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert [(x["task_id"], x["sample_index"], x["passed"]) for x in rows] == [
+        (tasks[0].instance_id, 0, True), (tasks[0].instance_id, 1, True),
+        (tasks[1].instance_id, 0, False), (tasks[1].instance_id, 1, False),
+    ]  # fmt: skip
+    assert rows[0]["completion"] == tasks[0].patch  # what was graded: the workspace's diff
+    trajs = (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()
+    assert len(trajs) == 4
+    # without an agent env, a repository task cannot be answered: say so, do nothing
+    assert plain.returncode == 2 and "add --env repo" in " ".join(plain.stderr.split())

@@ -22,12 +22,14 @@ class ScoreProgress:
         self._job = bar.add_task("score", total=total, stats="")
         self._start = time.monotonic()
         self.counts: Counter[str] = Counter()
+        self.passed = 0
 
     def __call__(self, r: SampleResult) -> None:
         self.counts[r.outcome] += 1
+        self.passed += r.passed
         done = sum(self.counts.values())
         scored = sum(v for k, v in self.counts.items() if not is_infra(k))
-        rate = f"pass {self.counts['pass'] / scored:.1%}" if scored else "pass -"
+        rate = f"pass {self.passed / scored:.1%}" if scored else "pass -"
         speed = done / max(1e-9, time.monotonic() - self._start)
         self._bar.update(
             self._job,

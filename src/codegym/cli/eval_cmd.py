@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from pathlib import Path
@@ -23,9 +24,11 @@ from codegym.cli._common import (
 )
 from codegym.cli._progress import score_progress
 from codegym.cli.score_cmd import _print_summary
+from codegym.envs import ENVS, EnvError
 from codegym.evals.rundir import build_summary, write_run
 from codegym.evals.runner import Runner, RunnerConfig, SampleResult, quarantined_results
 from codegym.policies import PolicyError, SamplingParams
+from codegym.rollout import EnvSpec, RolloutAborted, RolloutError
 from codegym.sandbox import HostUnsupported
 from codegym.store import DictCache, Store
 from codegym.tasks import DatasetError, Task, load_suite, verify
@@ -39,7 +42,15 @@ def eval_(
     model: Annotated[str, typer.Option(help="Model name the server serves.")],
     base_url: Annotated[str, typer.Option(help="OpenAI-compatible base URL, e.g. .../v1.")],
     out: Annotated[Path, typer.Option(help="Run folder: results.jsonl and summary.json.")],
-    n: Annotated[int, typer.Option("-n", help="Samples per task.")] = 1,
+    n: Annotated[int, typer.Option("-n", help="Samples (episodes, with --env) per task.")] = 1,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            help="Run each sample as an episode of this multi-turn env (repo, tool, code): "
+            "an agent with tools; repository tasks need it."
+        ),
+    ] = None,
+    env_options: Annotated[str, typer.Option(help="Env options as a JSON object.")] = "{}",
     mode: Annotated[str, typer.Option(help="completions or chat.")] = "completions",
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.8,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling.")] = 0.95,
@@ -96,6 +107,9 @@ def eval_(
         fail(f"--mode {mode!r}: use 'completions' or 'chat'")
     if n < 1 or not 1 <= model_concurrency <= 4096 or flaky_repeats < 1:
         fail("-n, --model-concurrency and --flaky-repeats must be positive")
+    if env is not None and sandbox_url:
+        fail("--env runs episodes on a local sandbox pool: drop --sandbox-url")
+    env_spec = _env_spec(env, env_options) if env is not None else None
     try:
         taskset = load_suite(suite)
         tasks = list(taskset)
@@ -108,9 +122,15 @@ def eval_(
             api_key=api_key or os.environ.get("OPENAI_API_KEY"),
             mode=mode,  # type: ignore[arg-type]
             concurrency=model_concurrency,
+            tools=_env_tools(env) if mode == "chat" else None,
         )
     except (DatasetError, ValueError, PolicyError) as e:
         fail(str(e))
+    if env is None and any(t.repo for t in tasks):
+        fail(
+            f"suite {suite!r} holds repository tasks, which an agent solves with tools in a "
+            "workspace: add --env repo (and --mode chat for native tool calls)"
+        )
     if limit is not None:
         tasks = tasks[:limit]
     start_telemetry(metrics_port, trace_file)
@@ -128,28 +148,44 @@ def eval_(
         "tier": tier,
         "flaky_repeats": flaky_repeats,
     }
+    if env_spec is not None:
+        config["env"] = {"name": env_spec.name, "options": env_spec.options}
     start = time.perf_counter()
     with open_store(store, no_store) as st:
         try:
-            results = asyncio.run(
-                _evaluate(
-                    tasks,
-                    policy,
-                    params,
-                    mode == "chat",
-                    tier,
-                    workers,
-                    sandbox_url,
-                    st,
-                    model_concurrency,
-                    flaky_repeats,
-                    ground_truth,
-                    as_json,
-                    suite,
+            if env_spec is not None:
+                from codegym.cli.eval_agent import evaluate_agents
+
+                images = _images_for(tasks, suite)
+                results = asyncio.run(
+                    evaluate_agents(
+                        tasks, env_spec, policy, params, tier, workers, images, out,
+                        model_concurrency=model_concurrency, ground_truth=ground_truth,
+                        quiet=as_json, seed=seed or 0,
+                    )
+                )  # fmt: skip
+            else:
+                results = asyncio.run(
+                    _evaluate(
+                        tasks,
+                        policy,
+                        params,
+                        mode == "chat",
+                        tier,
+                        workers,
+                        sandbox_url,
+                        st,
+                        model_concurrency,
+                        flaky_repeats,
+                        ground_truth,
+                        as_json,
+                        suite,
+                    )
                 )
-            )
-        except HostUnsupported as e:
+        except (HostUnsupported, EnvError, RolloutError) as e:
             fail(str(e))
+        except RolloutAborted as e:
+            fail(e.diagnosis, code=3)
         if st is not None:
             finish_in_store(st, "eval", config, results, export)
     summary = build_summary(
@@ -173,6 +209,30 @@ def eval_(
         typer.echo(f"wrote {out / 'results.jsonl'} and {out / 'summary.json'}", err=True)
     if summary["status"] != "ok":
         fail(summary["diagnosis"], code=3)
+
+
+def _env_spec(env: str, options: str) -> EnvSpec:
+    """The env of ``--env``, its options checked (a JSON object)."""
+    if env not in ENVS:
+        fail(f"--env {env!r}: not registered; known: {', '.join(sorted(ENVS))}")
+    try:
+        parsed = json.loads(options)
+        if not isinstance(parsed, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        fail(f"--env-options {options!r}: give a JSON object ({e})")
+    return EnvSpec(env, parsed)
+
+
+def _env_tools(env: str | None) -> list[dict[str, Any]] | None:
+    """The env's tool definitions, sent with every chat request (native tool calls)."""
+    return getattr(ENVS[env], "tools", None) if env is not None else None
+
+
+def _images_for(tasks: list[Task], suite: str) -> Any:
+    from codegym.cli.rollout_cmd import _images_for as images_for
+
+    return images_for(tasks, suite)
 
 
 async def _evaluate(

@@ -62,6 +62,7 @@ def synth(
                 timeout_s=timeout_s,
                 combined_share=combined,
                 gold_runs=gold_runs,
+                on_package=lambda so_far: dump_tasks(so_far, out),
             )
         )
     except (ImageError, RuntimeError) as e:

@@ -281,9 +281,12 @@ async def synth(
     workers: int,
     seed: int = 0,
     log: Log | None = None,
+    on_package: Callable[[list[SweTask]], None] | None = None,
     **kw: object,
 ) -> tuple[list[SweTask], Report]:
-    """Tasks from every spec, packages one after another, mutants in parallel."""
+    """Tasks from every spec, packages one after another, mutants in parallel;
+    ``on_package`` sees the tasks so far after each package (so a long run that dies keeps
+    what it made)."""
     report = Report()
     start = time.perf_counter()
     tasks: list[SweTask] = []
@@ -299,5 +302,7 @@ async def synth(
                 log=log,
                 **kw,  # type: ignore[arg-type]
             )
+            if on_package is not None:
+                on_package(tasks)
     report.seconds = time.perf_counter() - start
     return tasks, report
