@@ -202,6 +202,43 @@ async def test_gold_resolves_and_what_cannot_resolve_does_not(made: tuple[Sandbo
 
 
 @needs_index
+@in_module_loop
+async def test_a_full_cache_disk_is_infra_never_the_patch(
+    made: tuple[Sandbox, list[SweTask]], shapes: tuple[ImageStore, Path]
+) -> None:
+    """The image cache's disk fills before the task's state is made: the grading is ours
+    (``infra``), never a model outcome; with room again the same patch resolves."""
+    if os.geteuid() != 0:
+        pytest.skip("a small filesystem to fill needs root (mount -t tmpfs)")
+    _, tasks = made
+    store, _ = shapes
+    disk = Path(tempfile.mkdtemp(prefix="codegym-test-disk-"))
+    os.chmod(disk, 0o755)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m,mode=0755", "tmpfs", str(disk)],
+                   check=True)  # fmt: skip
+    try:
+        small = ImageStore(disk / "cache")
+        image = store.get(tasks[0].image)
+        for layer in store.layer_paths(image):
+            subprocess.run(["cp", "-a", str(layer), str(small.layers_dir / layer.name)], check=True)
+        small.add(image, tag=False)
+        async with Sandbox(workers=1, images=small) as sb:
+            with open(disk / "fill", "wb") as f:  # to the last block
+                try:
+                    while f.write(bytes(1 << 20)):
+                        f.flush()
+                except OSError:
+                    pass
+            full = await grade(sb, tasks[0], tasks[0].patch)
+            assert full.outcome == "infra" and "disk" in full.detail, full
+            (disk / "fill").unlink()
+            assert (await grade(sb, tasks[0], tasks[0].patch)).outcome == "resolved"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+        disk.rmdir()
+
+
+@needs_index
 def test_score_command_grades_predictions_and_resumes(
     made: tuple[Sandbox, list[SweTask]], shapes: tuple[ImageStore, Path], tmp_path: Path
 ):
@@ -366,7 +403,8 @@ def test_eval_runs_agents_on_repository_tasks(
     with FakeOpenAIServer(responder=agent) as srv:
         cmd = [codegym, "eval", "--env", "repo", "--mode", "chat", "--suite", str(task_file),
                "--model", srv.model, "--base-url", srv.base_url, "-n", "2",
-               "--out", str(tmp_path / "run"), "--no-store", "--workers", "2", "--json"]  # fmt: skip
+               "--out", str(tmp_path / "run"), "--no-store", "--workers", "2",
+               "--json"]  # fmt: skip
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         plain = subprocess.run([*cmd[:2], *cmd[4:]], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -204,11 +204,11 @@ def _images_for(tasks: list[Any], suite: str) -> Any:
     from codegym.sandbox.images import ImageError, ImageStore
     from codegym.tasks import DatasetError
     from codegym.tasks.swe.score import ensure_images
-    from codegym.tasks.swe.task import swe_of
+    from codegym.tasks.swe.task import swe_of, task_file
 
     store = ImageStore()
     try:
-        ensure_images([swe_of(t) for t in tasks], store, Path(suite))
+        ensure_images([swe_of(t) for t in tasks], store, task_file(suite) or Path(suite))
     except (DatasetError, ImageError) as e:
         fail(str(e))
     return store

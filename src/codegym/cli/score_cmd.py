@@ -109,12 +109,13 @@ def score(
     """
     if on_bad_line not in ("skip", "stop"):
         fail("--on-bad-line must be 'skip' or 'stop'")
-    from codegym.tasks.swe.task import is_task_file
+    from codegym.tasks.swe.task import task_file
 
-    if Path(suite).is_file() and is_task_file(suite):
+    repo_tasks = task_file(suite)
+    if repo_tasks is not None:
         from codegym.cli.swe_score import score_repository_tasks
 
-        score_repository_tasks(Path(suite), samples_file, out, workers, store, no_store, as_json)
+        score_repository_tasks(repo_tasks, samples_file, out, workers, store, no_store, as_json)
         return
     tasks = _load_suite(suite)
     samples = _read_samples(samples_file, tasks, on_bad_line)

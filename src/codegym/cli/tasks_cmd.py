@@ -83,9 +83,14 @@ def synth(
 
 @app.command("prepare")
 def prepare(
-    tasks_file: Annotated[Path, typer.Argument(help="A repository task file (JSONL, or .gz).")],
+    suite: Annotated[
+        str, typer.Argument(help="A repository task file (JSONL, or .gz), or swe-offline.")
+    ],
     cache: Annotated[Path | None, typer.Option(help="Image cache folder.")] = None,
     workers: Annotated[int, typer.Option(help="Sandbox workers.")] = 2,
+    images_only: Annotated[
+        bool, typer.Option(help="Only build the images (states are made on first use).")
+    ] = False,
 ) -> None:
     """Build every image the tasks start from (fetching their sdists and packages now,
     checked by sha256) and make each task's starting state, so that scoring and rollouts
@@ -95,14 +100,20 @@ def prepare(
     from codegym.tasks import DatasetError
     from codegym.tasks.swe.grade import task_state
     from codegym.tasks.swe.score import ensure_images
-    from codegym.tasks.swe.task import load_tasks
+    from codegym.tasks.swe.task import load_tasks, task_file
 
+    tasks_file = task_file(suite)
+    if tasks_file is None:
+        fail(f"{suite}: not a repository task file (nor swe-offline); make one with tasks synth")
     try:
         tasks = load_tasks(tasks_file)
         store = ImageStore(cache)
         ensure_images(tasks, store, tasks_file, lambda m: console.print(m, highlight=False))
     except (DatasetError, ImageError) as e:
         fail(str(e))
+    if images_only:
+        typer.echo(json.dumps({"tasks": len(tasks), "images": len({t.image for t in tasks})}))
+        return
 
     async def states() -> int:
         async with Sandbox(workers=workers, images=store) as sb:

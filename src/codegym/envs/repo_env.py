@@ -36,6 +36,7 @@ from codegym.envs.env import (
 )
 from codegym.envs.tool_env import _calls, _exec, _tool
 from codegym.sandbox import Limits, SandboxError, SandboxInfraError, Verdict
+from codegym.sandbox.images import ImageBuildError
 from codegym.sandbox.workspace import Workspace
 from codegym.tasks import Task
 from codegym.tasks.swe import junit
@@ -125,7 +126,7 @@ class RepoEnv(Env):
         try:
             state = await task_state(self.sb, self.swe)
             self.ws = await self.sb.workspace(state, disk_mb=self.options["disk_mb"])
-        except SandboxInfraError as e:
+        except (SandboxInfraError, ImageBuildError) as e:  # ours: a worker, a full disk
             raise EnvInfraError("infra", str(e)) from e
         self.started = time.monotonic()
         self.messages = [

@@ -385,7 +385,14 @@ def _load_humaneval() -> TaskSet:
     return load_humaneval()
 
 
+def _load_swe_offline() -> TaskSet:
+    from codegym.tasks.swe.task import OFFLINE_FILE, as_taskset
+
+    return as_taskset(OFFLINE_FILE)  # type: ignore[no-any-return]
+
+
 register_suite("humaneval", _load_humaneval)
+register_suite("swe-offline", _load_swe_offline)
 
 __all__ = [
     "FORMATS",

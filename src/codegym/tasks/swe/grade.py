@@ -25,7 +25,7 @@ import stat
 from dataclasses import dataclass, field
 
 from codegym.sandbox import Limits, Sandbox, SandboxError, SandboxInfraError, Verdict
-from codegym.sandbox.images import Image, ImageStore
+from codegym.sandbox.images import Image, ImageBuildError, ImageStore
 from codegym.sandbox.images.changes import LowerView
 from codegym.sandbox.workspace import Workspace
 from codegym.tasks.swe.suite import matches, run_suite
@@ -67,7 +67,10 @@ async def task_state(sb: Sandbox, task: SweTask) -> Image:
                 f"{task.instance_id}: its bug does not apply to {task.image}: {r.stderr[-500:]}"
             )
         state = await ws.freeze()
-    store._atomic_write(marker, state.digest)
+    try:
+        store._atomic_write(marker, state.digest)
+    except OSError as e:  # a full disk under the cache: ours, not the patch's
+        raise ImageBuildError(f"cannot record the state of {task.instance_id}: {e}") from None
     return state
 
 
@@ -85,7 +88,7 @@ async def grade(sb: Sandbox, task: SweTask, patch: str) -> Graded:
                 return Graded("patch_apply_failed", (r.stderr or r.reason)[-1000:])
             await _restore_tests(ws, task, _store(sb), state)
             run = await run_suite(ws, task.test_cmd, timeout_s=task.timeout_s)
-    except SandboxInfraError as e:
+    except (SandboxInfraError, ImageBuildError) as e:  # a worker, a workspace, a full disk
         return Graded("infra", str(e))
     if run.outcome == "infra":
         return Graded("infra", run.result.reason)

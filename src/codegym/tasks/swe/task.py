@@ -21,6 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from codegym.tasks.taskset import DatasetError
 
+OFFLINE = "swe-offline"
+"""The suite name of the shipped task set (``codegym tasks synth`` over 19 packages)."""
+OFFLINE_FILE = Path(__file__).with_name("data") / "swe-offline-v1.jsonl.gz"
+
 
 class SweTask(BaseModel):
     """One repository task."""
@@ -56,16 +60,31 @@ class SweTask(BaseModel):
         return json.loads(v) if isinstance(v, str) else v
 
 
+def task_file(suite: str | Path) -> Path | None:
+    """The repository task file a suite names: the shipped set by its name (``swe-offline``),
+    else the path when it is a task file; None otherwise."""
+    if str(suite) == OFFLINE:
+        return OFFLINE_FILE
+    p = Path(suite)
+    return p if p.is_file() and is_task_file(p) else None
+
+
 def load_tasks(path: str | Path) -> list[SweTask]:
-    """Read a task file.
+    """Read a task file (the shipped set is checked against its pinned sha256).
 
     Raises:
-        DatasetError: a line that is not a task (names the line and the field).
+        DatasetError: a line that is not a task (names the line and the field), or the
+            shipped file changed.
     """
     p = Path(path)
     out = []
     try:
-        lines = _read(p).splitlines()
+        raw = p.read_bytes()
+        if p.resolve() == OFFLINE_FILE.resolve():
+            from codegym.tasks.manifest import BUILTIN_PINS, check_sha256
+
+            check_sha256(raw, BUILTIN_PINS[OFFLINE], f"the shipped task set {p}")
+        lines = _decode(p, raw).splitlines()
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise DatasetError(f"cannot read {p}: {e}") from None
     seen: set[str] = set()
@@ -83,13 +102,13 @@ def load_tasks(path: str | Path) -> list[SweTask]:
     return out
 
 
-def _read(p: Path) -> str:
+def _decode(p: Path, raw: bytes) -> str:
     """A task file's text (gzip when the name ends in ``.gz``)."""
     if p.name.endswith(".gz"):
         import gzip
 
-        return gzip.decompress(p.read_bytes()).decode()
-    return p.read_text()
+        return gzip.decompress(raw).decode()
+    return raw.decode()
 
 
 def is_task_file(path: str | Path) -> bool:
@@ -124,12 +143,13 @@ def as_taskset(path: str | Path) -> Any:
 
     p = Path(path)
     tasks = load_tasks(p)
+    name = OFFLINE if p.resolve() == OFFLINE_FILE.resolve() else p.stem
     as_tasks = tuple(
         Task(id=t.instance_id, prompt=t.problem_statement, cluster=t.repo, repo=t.model_dump_json())
         for t in tasks
     )
     digest = hashlib.sha256(p.read_bytes()).hexdigest()
-    return TaskSet(p.stem, as_tasks, sha256=digest, source=str(p))
+    return TaskSet(name, as_tasks, sha256=digest, source=str(p))
 
 
 def swe_of(task: Any) -> SweTask:
