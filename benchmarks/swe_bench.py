@@ -11,13 +11,19 @@ Sections, on the first ``--tasks`` tasks of the file (made by ``codegym tasks sy
   faults     gold patches graded with the worker killed mid-suite (must answer ``infra`` or,
              when the kill missed, ``resolved``: never a model failure), and with a patch
              that hangs the suite (``time.sleep`` at import: the model's ``tests_timeout``)
+  full disk  (as root) the tasks' images copied to a small tmpfs that is then filled: the
+             first grading of each task cannot record its state (must be ``infra``); with
+             the space back, the same gold patch must resolve
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
+import subprocess
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -79,6 +85,40 @@ async def faults(sb: Sandbox, tasks: list[SweTask]) -> Counter[str]:
     return out
 
 
+async def full_disk(store: ImageStore, tasks: list[SweTask]) -> Counter[str]:
+    out: Counter[str] = Counter()
+    if os.geteuid() != 0:
+        return out
+    disk = Path(tempfile.mkdtemp(prefix="codegym-bench-disk-"))
+    os.chmod(disk, 0o755)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(disk)], check=True)
+    try:
+        small = ImageStore(disk / "cache")
+        for digest in {t.image for t in tasks}:
+            image = store.get(digest)
+            for layer in store.layer_paths(image):
+                if not (small.layers_dir / layer.name).exists():
+                    dst = str(small.layers_dir / layer.name)
+                    subprocess.run(["cp", "-a", str(layer), dst], check=True)
+            small.add(image, tag=False)
+        async with Sandbox(workers=2, images=small) as sb:
+            with open(disk / "fill", "wb") as f:
+                try:
+                    while f.write(bytes(1 << 20)):
+                        f.flush()
+                except OSError:
+                    pass
+            for t in tasks:
+                out[f"disk full: {(await grade(sb, t, t.patch)).outcome}"] += 1
+            (disk / "fill").unlink()
+            for t in tasks:
+                out[f"space back: {(await grade(sb, t, t.patch)).outcome}"] += 1
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+        disk.rmdir()
+    return out
+
+
 def _with_sleep(t: SweTask) -> str:
     """The gold patch with a sleep before its first fixed line (same indentation): the
     fixed code hangs when it runs."""
@@ -115,6 +155,7 @@ async def main() -> None:
         times = await timing(sb, tasks)
         same, total, seen = await agreement(sb, tasks)
         fault = await faults(sb, tasks[: max(5, len(tasks) // 6)])
+    fault += await full_disk(store, tasks[: max(5, len(tasks) // 6)])
     print(f"tasks: {len(tasks)}  packages: {len({t.repo for t in tasks})}")
     print(f"grading time: p50 {statistics.median(times):.2f} s, p95 {pct(times, 0.95):.2f} s, "
           f"max {max(times):.2f} s  (target p50 <= 3 s, p95 <= 10 s)")  # fmt: skip
