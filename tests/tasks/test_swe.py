@@ -203,6 +203,34 @@ async def test_gold_resolves_and_what_cannot_resolve_does_not(made: tuple[Sandbo
 
 @needs_index
 @in_module_loop
+async def test_what_a_second_review_found_gains_nothing(made: tuple[Sandbox, list[SweTask]]):
+    """Routes an adversarial review found after the first fixes: the bug fixed while code
+    elsewhere raises SkipTest on what it broke; a forging conftest hidden behind hundreds
+    of paths to undo; a path too long to export (once a crash of the grader)."""
+    from codegym.sandbox.images.changes import file_patch
+    from codegym.tasks.swe.grade import task_state
+
+    sb, tasks = made
+    t = tasks[0]
+    async with await sb.workspace(await task_state(sb, t)) as ws:
+        buggy = await ws.read_file("shapes.py")
+        await ws.run(["git", "apply", "-"], stdin=t.patch)
+        fixed = await ws.read_file("shapes.py")
+    kept = next(x for x in t.PASS_TO_PASS if "negative" not in x).rsplit("test_", 1)[1]
+    hide = f"\n\ndef {kept}(*a):\n    import unittest\n    raise unittest.SkipTest('x')\n"
+    skips = file_patch("shapes.py", (0o100644, buggy), (0o100644, fixed + hide.encode()))
+    assert (await grade(sb, t, skips)).outcome == "unresolved"
+    crowd = "".join(_new(f"tests/d{i}/{'x' * 200}/t.py", "x = 1\n") for i in range(400))
+    forged = crowd + _new("conftest.py", PASS_ALL)
+    assert (await grade(sb, t, forged)).outcome == "unresolved"
+    assert (await grade(sb, t, t.patch + crowd)).outcome == "resolved"  # the crowd undone
+    deep = "/".join(["y" * 250] * 13)
+    graded = await grade(sb, t, t.patch + _new(f"tests/{deep}/t.py", "x = 1\n"))
+    assert graded.outcome == "unresolved" and "cannot be checked" in graded.detail, graded
+
+
+@needs_index
+@in_module_loop
 async def test_a_full_cache_disk_is_infra_never_the_patch(
     made: tuple[Sandbox, list[SweTask]], shapes: tuple[ImageStore, Path]
 ) -> None:

@@ -21,12 +21,14 @@ everything but the project's own code closes the routes that need no such code.
 from __future__ import annotations
 
 import hashlib
+import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from codegym.sandbox import Limits, Sandbox, SandboxError, SandboxInfraError, Verdict
+from codegym.sandbox import ExecResult, Limits, Sandbox, SandboxError, SandboxInfraError, Verdict
 from codegym.sandbox.images import Image, ImageBuildError, ImageStore
-from codegym.sandbox.images.changes import LowerView
+from codegym.sandbox.images.changes import Changes, LowerView
 from codegym.sandbox.workspace import Workspace
 from codegym.tasks.swe.suite import matches, run_suite
 from codegym.tasks.swe.task import SweTask
@@ -34,6 +36,10 @@ from codegym.tasks.swe.task import SweTask
 MODEL_OUTCOMES = ("resolved", "unresolved", "patch_apply_failed", "empty_patch", "tests_timeout")
 STEP = Limits(cpu_s=30, wall_s=60, memory_mb=1024, disk_mb=256, output_bytes=1 << 20)
 DEFAULT_GLOBS = ["**/test_*.py", "**/*_test.py", "**/tests/**", "**/conftest.py"]
+_NOT_SOURCE = (".pyc", ".pyo", ".egg-info", ".dist-info", "entry_points.txt")
+"""Path parts no fix may add or change (bytecode, package metadata)."""
+_MAX_UNDONE = 10_000
+"""More paths to undo than this and the patch is refused (unresolved) outright."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,12 @@ async def grade(sb: Sandbox, task: SweTask, patch: str) -> Graded:
                 return Graded("infra", r.reason)
             if r.verdict is not Verdict.OK:
                 return Graded("patch_apply_failed", (r.stderr or r.reason)[-1000:])
-            await _restore_tests(ws, task, _store(sb), state)
+            try:
+                await _restore_tests(ws, task, _store(sb), state)
+            except SandboxInfraError:
+                raise
+            except SandboxError as e:  # the patched tree cannot be put back: the patch's doing
+                return Graded("unresolved", f"the patched tree cannot be checked: {e}")
             run = await run_suite(ws, task.test_cmd, timeout_s=task.timeout_s)
     except (SandboxInfraError, ImageBuildError) as e:  # a worker, a workspace, a full disk
         return Graded("infra", str(e))
@@ -95,17 +106,12 @@ async def grade(sb: Sandbox, task: SweTask, patch: str) -> Graded:
     if run.outcome == "timeout":
         return Graded("tests_timeout", run.result.reason)
     mine = {t: run.statuses.get(t, "missing") for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)}
-    ok = all(mine[t] == "passed" for t in task.FAIL_TO_PASS) and all(
-        mine[t] in ("passed", "skipped") for t in task.PASS_TO_PASS
-    )
     if run.outcome == "broken":
         return Graded("unresolved", "the suite did not run (no report)", mine)
-    failing = [
-        t
-        for t, o in mine.items()
-        if not (o == "passed" or (o == "skipped" and t in task.PASS_TO_PASS))
-    ]
-    return Graded("resolved" if ok else "unresolved", ", ".join(failing[:5]), mine)
+    # every task test must pass: a PASS_TO_PASS test passed in every clean run, so a skip
+    # now is the library's doing (code that raises SkipTest hides what it broke)
+    failing = [t for t, o in mine.items() if o != "passed"]
+    return Graded("unresolved" if failing else "resolved", ", ".join(failing[:5]), mine)
 
 
 async def _restore_tests(ws: Workspace, task: SweTask, store: ImageStore, state: Image) -> None:
@@ -120,34 +126,68 @@ async def _restore_tests(ws: Workspace, task: SweTask, store: ImageStore, state:
     """
     listed = set(task.test_files)
 
-    def allowed(rel: str, kind: str, before: object) -> bool:
+    def allowed(rel: str, kind: str, before: os.stat_result | None) -> bool:
         parts = rel.split("/")
         if rel in listed or matches(rel, DEFAULT_GLOBS) or parts[0] in (".venv", ".debian"):
             return False
+        if any(p == "__pycache__" or p.endswith(_NOT_SOURCE) for p in parts):
+            return False  # bytecode (pytest trusts a rewritten test's pyc by its header),
+            # package metadata (entry points load pytest plugins)
         if len(parts) == 1 and before is None:
             return False  # new at the top level: configuration or a module pytest may find
-        if kind == "l" and before is None:
+        if kind == "l" and (before is None or not stat.S_ISLNK(before.st_mode)):
             return False  # a new link could point anywhere
         return not parts[-1].endswith((".pth", ".ini", ".cfg", ".toml")) or before is not None
 
-    changes = await ws.changes()
+    remove, restore = _plan(await ws.changes(), allowed, store, state)
+    if len(remove) > _MAX_UNDONE:
+        raise SandboxError(f"the patch adds {len(remove)} paths where a fix may not")
+    # the paths go by stdin (NUL-separated): as arguments, enough of them fail the exec
+    if remove:
+        r = await ws.run(["xargs", "-0", "rm", "-rf", "--"], "\0".join(remove), limits=STEP)
+        _check(r, "undoing what the patch may not change")
+    if restore:
+        _check(await ws.run(["true"], files=restore, limits=STEP), "restoring the tests")
+    left, _ = _plan(await ws.changes(), allowed, store, state)
+    if left:  # belt and braces: nothing the patch may not add is still there
+        raise SandboxError(f"{len(left)} paths could not be undone, e.g. {left[0]!r}")
+
+
+def _check(r: ExecResult, what: str) -> None:
+    if r.verdict is Verdict.INFRA:
+        raise SandboxInfraError(r.reason)
+    if r.verdict is not Verdict.OK:
+        raise SandboxError(f"{what} failed: {r.reason} {r.stderr[-300:]}")
+
+
+def _plan(
+    changes: Changes,
+    allowed: Callable[[str, str, os.stat_result | None], bool],
+    store: ImageStore,
+    state: Image,
+) -> tuple[list[str], dict[str, str | bytes]]:
+    """What to remove and what to write back so that only allowed changes remain."""
     lower = LowerView(list(reversed(store.layer_paths(state))))
     restore: dict[str, str | bytes] = {}
     remove: list[str] = []
-    for rel, kind, _mode, opaque in changes.entries:
+    for rel, kind, _mode, extra in changes.entries:
         before = lower.lookup(rel)
         was_dir = before is not None and stat.S_ISDIR(before.st_mode)
+        opaque = kind == "d" and bool(extra)
+        if kind == "f" and before is not None and stat.S_ISREG(before.st_mode):
+            if changes.blobs[extra] == lower.read(rel):
+                continue  # as the image has it (restored, or touched and put back)
         if kind == "d":
             if opaque and was_dir:  # a folder of the image emptied: what must stay returns
                 for sub in lower.files_under(rel):
-                    if not allowed(sub, "f", True):
+                    if not allowed(sub, "f", lower.lookup(sub)):
                         restore[sub] = lower.read(sub)
             elif before is None and not allowed(rel, "d", None):
                 remove.append(rel)
             continue
         if was_dir:  # a folder of the image removed or replaced by a file or link
             for sub in lower.files_under(rel):
-                if not allowed(sub, "f", True):
+                if not allowed(sub, "f", lower.lookup(sub)):
                     restore[sub] = lower.read(sub)
             if kind in ("f", "l") and not allowed(rel, kind, None):
                 remove.append(rel)
@@ -158,12 +198,7 @@ async def _restore_tests(ws: Workspace, task: SweTask, store: ImageStore, state:
             remove.append(rel)
         if before is not None and stat.S_ISREG(before.st_mode):
             restore[rel] = lower.read(rel)
-    for argv, files in ((["rm", "-rf", "--", *remove], None), (["true"], restore)):
-        if (argv[0] == "rm" and not remove) or (files is not None and not files):
-            continue
-        r = await ws.run(argv, files=files, limits=STEP)
-        if r.verdict is Verdict.INFRA:
-            raise SandboxInfraError(r.reason)
+    return remove, restore
 
 
 def _store(sb: Sandbox) -> ImageStore:

@@ -25,7 +25,7 @@ from codegym.tasks.swe.grade import Graded, grade
 from codegym.tasks.swe.task import SweTask
 from codegym.tasks.taskset import DatasetError
 
-GRADER_VERSION = "swe-1"
+GRADER_VERSION = "swe-2"  # bump when a grading rule changes: stored grades go stale
 
 
 def read_predictions(path: Path, tasks: dict[str, SweTask]) -> list[dict[str, Any]]:
@@ -81,9 +81,7 @@ async def score_predictions(
         else:
             task = tasks[pred["instance_id"]]
             async with gate:
-                graded = await grade(sb, task, pred.get("model_patch") or "")
-                if graded.outcome == "infra":  # ours: once more, on a fresh copy
-                    graded = await grade(sb, task, pred.get("model_patch") or "")
+                graded = await _grade_once_more(sb, task, pred.get("model_patch") or "")
             if store is not None and graded.outcome != "infra":
                 store.put_scores(
                     [Score(key, graded.resolved, graded.outcome, graded.detail[:2000])]
@@ -154,3 +152,17 @@ def ensure_images(tasks: list[SweTask], store: Any, dataset: Path, log: Any = No
                 f"{spec} builds {built.digest}, but the tasks were made on {digest}: "
                 "the host's Python or the spec differs from the one the tasks were made with"
             )
+
+
+async def _grade_once_more(sb: Any, task: SweTask, patch: str) -> Graded:
+    """``grade``, once more on a fresh copy when the first was ours (``infra``). A bug of
+    ours on some odd patch is infra too, named, never a crash that ends the whole run."""
+    graded = Graded("infra")
+    for _ in range(2):
+        try:
+            graded = await grade(sb, task, patch)
+        except Exception as e:  # noqa: BLE001 - one prediction must not sink the others
+            graded = Graded("infra", f"grader error: {type(e).__name__}: {e}"[:2000])
+        if graded.outcome != "infra":
+            break
+    return graded

@@ -10,9 +10,11 @@ from codegym.sandbox import ExecResult, Limits, Verdict
 from codegym.tasks.swe import junit
 
 JUNIT_PATH = "/tmp/.codegym-junit.xml"
-# the suite's own output goes nowhere; the report is the run's stdout
+# The suite's own output goes nowhere; the report is the run's stdout. No plugin loads by
+# itself (a package's metadata could name one): a suite that needs one says `-p NAME`.
 SCRIPT = (
-    f'"$@" {" ".join(junit.PYTEST_JUNIT)} --junitxml={JUNIT_PATH} >/dev/null 2>&1; cat {JUNIT_PATH}'
+    f'PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "$@" {" ".join(junit.PYTEST_JUNIT)} '
+    f"--junitxml={JUNIT_PATH} >/dev/null 2>&1; cat {JUNIT_PATH}"
 )
 
 

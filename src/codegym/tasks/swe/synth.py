@@ -137,11 +137,21 @@ class Report:
 
 
 async def judge_mutant(
-    sb: Sandbox, src: Source, base: Baseline, mutant: Mutant, max_share: float, timeout_s: float
+    sb: Sandbox,
+    src: Source,
+    base: Baseline,
+    mutant: Mutant,
+    max_share: float,
+    timeout_s: float,
+    run_s: float | None = None,
 ) -> SweTask | str:
-    """The task ``mutant`` makes, or why it makes none."""
+    """The task ``mutant`` makes, or why it makes none. The mutant's suite gets ``run_s``
+    CPU seconds (default ``timeout_s``): a bug that makes it much slower than the clean
+    suite is rejected as a timeout then, not waited out; the task keeps ``timeout_s``."""
     files: dict[str, str | bytes] = {p: m for p, (_, m) in mutant.files.items()}
-    run = await run_suite(sb, src.test_cmd, files=files, timeout_s=timeout_s, workspace=src.image)
+    run = await run_suite(
+        sb, src.test_cmd, files=files, timeout_s=run_s or timeout_s, workspace=src.image
+    )
     if run.outcome != "ok":
         return {"timeout": "times out", "broken": "breaks the suite"}.get(run.outcome, "infra")
     if base.stable - run.statuses.keys():
@@ -235,8 +245,13 @@ async def synth_package(
     say(f"{src.name}: {len(base.stable)} stable tests ({base.dropped} dropped), "
         f"{base.seconds:.2f} s a run")  # fmt: skip
     limit = max(timeout_s, 10 * base.seconds + 5)
+    # a mutant that deadlocks or loops would hold a worker for the task's whole limit (and
+    # twice that in wall time): ten times the clean suite is plenty to tell
+    run_s = min(limit, 10 * base.seconds + 5)
     pool = candidates(src, n, seed, combined_share)
-    judged = await asyncio.gather(*(judge_mutant(sb, src, base, m, max_share, limit) for m in pool))
+    judged = await asyncio.gather(
+        *(judge_mutant(sb, src, base, m, max_share, limit, run_s) for m in pool)
+    )
     tasks: list[SweTask] = []
     seen_patch: set[str] = set()
     seen_f2p: set[frozenset[str]] = set()
