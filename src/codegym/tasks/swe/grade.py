@@ -7,8 +7,7 @@ rebuild anything. A grading opens a kept workspace of that state, applies the pa
 ``git apply`` (from stdin: no file of ours in the tree), undoes what a fix has no business
 changing (tests and their configuration, the environment, new files at the top level, new
 links: ``_restore_tests``), runs the suite with JUnit XML, and decides: resolved when
-every ``FAIL_TO_PASS`` test passes (a skip fails it) and every ``PASS_TO_PASS`` test passes
-or is skipped.
+every ``FAIL_TO_PASS`` and every ``PASS_TO_PASS`` test passed (a skip fails either).
 
 Model outcomes: ``resolved``, ``unresolved``, ``patch_apply_failed``, ``empty_patch``,
 ``tests_timeout``. Infra (the workspace, the worker, the image) is ``infra``: never scored.
@@ -35,9 +34,19 @@ from codegym.tasks.swe.task import SweTask
 
 MODEL_OUTCOMES = ("resolved", "unresolved", "patch_apply_failed", "empty_patch", "tests_timeout")
 STEP = Limits(cpu_s=30, wall_s=60, memory_mb=1024, disk_mb=256, output_bytes=1 << 20)
-DEFAULT_GLOBS = ["**/test_*.py", "**/*_test.py", "**/tests/**", "**/conftest.py"]
-_NOT_SOURCE = (".pyc", ".pyo", ".egg-info", ".dist-info", "entry_points.txt")
-"""Path parts no fix may add or change (bytecode, package metadata)."""
+DEFAULT_GLOBS = [
+    "**/test_*.py",
+    "**/*_test.py",
+    "**/tests/**",
+    "**/test/**",
+    "**/testing/**",
+    "**/conftest.py",
+    "**/test*.txt",
+]
+_NOT_SOURCE = (".pyc", ".pyo", ".so", ".pyd", ".egg-info", ".dist-info", "entry_points.txt")
+"""Path parts no fix may add or change (bytecode, compiled modules, package metadata)."""
+MAX_PATCH_BYTES = 32 << 20
+"""A bigger patch is refused as the model's (the sandbox takes 64 MiB of input at most)."""
 _MAX_UNDONE = 10_000
 """More paths to undo than this and the patch is refused (unresolved) outright."""
 
@@ -85,9 +94,16 @@ async def grade(sb: Sandbox, task: SweTask, patch: str) -> Graded:
     if not patch.strip():
         return Graded("empty_patch")
     try:
+        raw = patch.encode()
+    except UnicodeEncodeError as e:  # a lone surrogate: no file can hold it
+        return Graded("patch_apply_failed", f"the patch is not valid text: {e}")
+    if len(raw) > MAX_PATCH_BYTES:
+        return Graded("patch_apply_failed", f"the patch is {len(raw)} bytes; at most "
+                      f"{MAX_PATCH_BYTES} are applied")  # fmt: skip
+    try:
         state = await task_state(sb, task)
         async with await sb.workspace(state) as ws:
-            r = await ws.run(["git", "apply", "--whitespace=nowarn", "-"], stdin=patch, limits=STEP)
+            r = await ws.run(["git", "apply", "--whitespace=nowarn", "-"], stdin=raw, limits=STEP)
             if r.verdict is Verdict.INFRA:
                 return Graded("infra", r.reason)
             if r.verdict is not Verdict.OK:
@@ -117,14 +133,21 @@ async def grade(sb: Sandbox, task: SweTask, patch: str) -> Graded:
 async def _restore_tests(ws: Workspace, task: SweTask, store: ImageStore, state: Image) -> None:
     """Keep only what a fix may change; put everything else back as the image has it.
 
-    A patch may change the project's existing files and add files in folders the project
-    already had, below its root. Everything else is undone before the tests run: test files
-    and test configuration (restored to the image's version, or removed when new), the
-    environment (``.venv``, ``.debian``: a ``.pth`` or ``sitecustomize`` there runs in
-    every interpreter), anything new at the top level (a ``pytest.py`` or ``pytest.ini``
-    there is what ``python -m pytest`` finds first), and links the image did not have.
+    A patch may change the project's existing files (not its tests) and add Python modules
+    to the project's existing packages (folders with an ``__init__.py``). Everything else
+    is undone before the tests run: test files, test data and test configuration (restored
+    to the image's version, or removed when new), the environment (``.venv``, ``.debian``),
+    anything new outside a package (a ``sitecustomize.py`` or ``pytest.py`` on a
+    ``sys.path`` root runs before any test; a ``test_x.txt`` is a doctest), bytecode and
+    compiled modules, package metadata, new folders, and links the image did not have.
     """
-    listed = set(task.test_files)
+    lower = LowerView(list(reversed(store.layer_paths(state))))
+    # a collected file that is not Python (a doctest file) is a test file too
+    listed = set(task.test_files) | {
+        t.split("::", 1)[0]
+        for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)
+        if not t.split("::", 1)[0].endswith(".py")
+    }
 
     def allowed(rel: str, kind: str, before: os.stat_result | None) -> bool:
         parts = rel.split("/")
@@ -133,13 +156,19 @@ async def _restore_tests(ws: Workspace, task: SweTask, store: ImageStore, state:
         if any(p == "__pycache__" or p.endswith(_NOT_SOURCE) for p in parts):
             return False  # bytecode (pytest trusts a rewritten test's pyc by its header),
             # package metadata (entry points load pytest plugins)
-        if len(parts) == 1 and before is None:
-            return False  # new at the top level: configuration or a module pytest may find
         if kind == "l" and (before is None or not stat.S_ISLNK(before.st_mode)):
             return False  # a new link could point anywhere
-        return not parts[-1].endswith((".pth", ".ini", ".cfg", ".toml")) or before is not None
+        if before is None:  # new: only a module in one of the project's packages
+            folder = rel.rpartition("/")[0]
+            return (
+                kind == "f"
+                and rel.endswith(".py")
+                and bool(folder)
+                and lower.lookup(f"{folder}/__init__.py") is not None
+            )
+        return True
 
-    remove, restore = _plan(await ws.changes(), allowed, store, state)
+    remove, restore = _plan(await ws.changes(), allowed, lower)
     if len(remove) > _MAX_UNDONE:
         raise SandboxError(f"the patch adds {len(remove)} paths where a fix may not")
     # the paths go by stdin (NUL-separated): as arguments, enough of them fail the exec
@@ -148,7 +177,7 @@ async def _restore_tests(ws: Workspace, task: SweTask, store: ImageStore, state:
         _check(r, "undoing what the patch may not change")
     if restore:
         _check(await ws.run(["true"], files=restore, limits=STEP), "restoring the tests")
-    left, _ = _plan(await ws.changes(), allowed, store, state)
+    left, _ = _plan(await ws.changes(), allowed, lower)
     if left:  # belt and braces: nothing the patch may not add is still there
         raise SandboxError(f"{len(left)} paths could not be undone, e.g. {left[0]!r}")
 
@@ -163,11 +192,9 @@ def _check(r: ExecResult, what: str) -> None:
 def _plan(
     changes: Changes,
     allowed: Callable[[str, str, os.stat_result | None], bool],
-    store: ImageStore,
-    state: Image,
+    lower: LowerView,
 ) -> tuple[list[str], dict[str, str | bytes]]:
     """What to remove and what to write back so that only allowed changes remain."""
-    lower = LowerView(list(reversed(store.layer_paths(state))))
     restore: dict[str, str | bytes] = {}
     remove: list[str] = []
     for rel, kind, _mode, extra in changes.entries:
