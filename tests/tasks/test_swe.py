@@ -449,3 +449,44 @@ def test_eval_runs_agents_on_repository_tasks(
     assert len(trajs) == 4
     # without an agent env, a repository task cannot be answered: say so, do nothing
     assert plain.returncode == 2 and "add --env repo" in " ".join(plain.stderr.split())
+
+
+def test_what_a_fix_may_leave(tmp_path: Path) -> None:
+    """The undo plan on a package tree, without a sandbox: a fix keeps its edits to the
+    project's code and new modules in its packages; everything a review used to forge a
+    report (a ``sitecustomize.py`` in ``src/``, a doctest ``.txt``, a ``test/`` package,
+    bytecode, compiled modules, metadata, new folders) is removed or put back."""
+    from codegym.sandbox.images.changes import Changes, LowerView
+    from codegym.tasks.swe.grade import _plan, may_change
+
+    layer = tmp_path / "layer"
+    for rel, text in {"src/pkg/__init__.py": "", "src/pkg/core.py": "x = 1\n",
+                      "src/pkg/test/__init__.py": "", "src/pkg/data.txt": "d\n",
+                      "src/pkg.egg-info/entry_points.txt": ""}.items():  # fmt: skip
+        (layer / rel).parent.mkdir(parents=True, exist_ok=True)
+        (layer / rel).write_text(text)
+    lower = LowerView([layer])
+    task = SweTask(instance_id="p__1__x", repo="p", version="1", base_commit="c", patch="",
+                   problem_statement="", FAIL_TO_PASS=["src/pkg/test/test_a.py::t"],
+                   image="i", bug="", test_cmd=["pytest"])  # fmt: skip
+    entries = [
+        ["src/pkg/core.py", "f", 0o644, 0],  # the fix: kept
+        ["src/pkg/extra.py", "f", 0o644, 1],  # a new module in the package: kept
+        ["src/pkg/data.txt", "f", 0o644, 1],  # an existing data file: kept
+        ["src/sitecustomize.py", "f", 0o644, 1],  # on a sys.path root: removed
+        ["src/pkg/test_zz.txt", "f", 0o644, 1],  # a doctest: removed
+        ["src/pkg/test/__init__.py", "f", 0o644, 1],  # the tests' package: restored
+        ["src/pkg/fast.cpython-311-x86_64-linux-gnu.so", "f", 0o755, 1],
+        ["src/pkg/__pycache__", "d", 0o755, False],
+        ["src/pkg.egg-info/entry_points.txt", "f", 0o644, 1],
+        ["src/pkg/sub", "d", 0o755, False],  # a new folder
+        ["src/pkg/sub/__init__.py", "f", 0o644, 1],
+    ]
+    changes = Changes(entries, [b"x = 2\n", b"evil\n"])
+    remove, restore = _plan(changes, may_change(task, lower), lower)
+    assert set(remove) == {
+        "src/sitecustomize.py", "src/pkg/test_zz.txt", "src/pkg/test/__init__.py",
+        "src/pkg/fast.cpython-311-x86_64-linux-gnu.so", "src/pkg/__pycache__",
+        "src/pkg.egg-info/entry_points.txt", "src/pkg/sub", "src/pkg/sub/__init__.py",
+    }  # fmt: skip
+    assert set(restore) == {"src/pkg/test/__init__.py", "src/pkg.egg-info/entry_points.txt"}

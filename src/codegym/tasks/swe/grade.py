@@ -142,6 +142,25 @@ async def _restore_tests(ws: Workspace, task: SweTask, store: ImageStore, state:
     compiled modules, package metadata, new folders, and links the image did not have.
     """
     lower = LowerView(list(reversed(store.layer_paths(state))))
+    allowed = may_change(task, lower)
+    remove, restore = _plan(await ws.changes(), allowed, lower)
+    if len(remove) > _MAX_UNDONE:
+        raise SandboxError(f"the patch adds {len(remove)} paths where a fix may not")
+    # the paths go by stdin (NUL-separated): as arguments, enough of them fail the exec
+    if remove:
+        r = await ws.run(["xargs", "-0", "rm", "-rf", "--"], "\0".join(remove), limits=STEP)
+        _check(r, "undoing what the patch may not change")
+    if restore:
+        _check(await ws.run(["true"], files=restore, limits=STEP), "restoring the tests")
+    left, _ = _plan(await ws.changes(), allowed, lower)
+    if left:  # belt and braces: nothing the patch may not add is still there
+        raise SandboxError(f"{len(left)} paths could not be undone, e.g. {left[0]!r}")
+
+
+def may_change(
+    task: SweTask, lower: LowerView
+) -> Callable[[str, str, os.stat_result | None], bool]:
+    """Whether a fix may leave the change ``(path, kind, the image's entry or None)``."""
     # a collected file that is not Python (a doctest file) is a test file too
     listed = set(task.test_files) | {
         t.split("::", 1)[0]
@@ -168,18 +187,7 @@ async def _restore_tests(ws: Workspace, task: SweTask, store: ImageStore, state:
             )
         return True
 
-    remove, restore = _plan(await ws.changes(), allowed, lower)
-    if len(remove) > _MAX_UNDONE:
-        raise SandboxError(f"the patch adds {len(remove)} paths where a fix may not")
-    # the paths go by stdin (NUL-separated): as arguments, enough of them fail the exec
-    if remove:
-        r = await ws.run(["xargs", "-0", "rm", "-rf", "--"], "\0".join(remove), limits=STEP)
-        _check(r, "undoing what the patch may not change")
-    if restore:
-        _check(await ws.run(["true"], files=restore, limits=STEP), "restoring the tests")
-    left, _ = _plan(await ws.changes(), allowed, lower)
-    if left:  # belt and braces: nothing the patch may not add is still there
-        raise SandboxError(f"{len(left)} paths could not be undone, e.g. {left[0]!r}")
+    return allowed
 
 
 def _check(r: ExecResult, what: str) -> None:
