@@ -227,3 +227,16 @@ async def test_unknown_tier_and_closed_pool() -> None:
         pass
     with pytest.raises(SandboxClosed):
         await sb.run_python("pass")
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+async def test_a_named_interpreter_that_is_missing_is_refused(how, monkeypatch) -> None:
+    """Never the system Python in place of the one asked for: the start fails, naming it."""
+    missing = "/nonexistent/bin/python3.11"
+    kw = {"python": missing} if how == "argument" else {}
+    if how == "environment":
+        monkeypatch.setenv("CODEGYM_SANDBOX_PYTHON", missing)
+    sb = sandbox_pkg.Sandbox(tier="process", **kw)
+    with pytest.raises(sandbox_pkg.HostUnsupported, match=r"nonexistent/bin/python3\.11"):
+        await sb.start()
+    await sb.close()

@@ -26,7 +26,10 @@ def check() -> None:
     """Say which sandbox tiers work on this host, and what is missing for the others."""
     ok_any = False
     for name in TIER_NAMES:
-        problems = make_tier(name).problems()
+        try:
+            problems = make_tier(name).problems()
+        except SandboxInputError as e:  # $CODEGYM_SANDBOX_PYTHON names nothing
+            problems = [str(e)]
         if problems:
             console.print(f"[yellow]{name:8}[/] unavailable")
             for p in problems:

@@ -195,7 +195,10 @@ class Sandbox:
     async def start(self) -> None:
         if self._started:
             return
-        tier = make_tier(self.tier_name, self._python)
+        try:
+            tier = make_tier(self.tier_name, self._python)
+        except SandboxInputError as e:  # a named interpreter that is not there
+            raise HostUnsupported(self.tier_name, [str(e)], []) from None
         problems = await asyncio.to_thread(tier.problems)
         if problems:
             from codegym.sandbox.tiers import working_tiers

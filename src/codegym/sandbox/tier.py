@@ -21,6 +21,7 @@ from pathlib import Path
 
 from codegym.sandbox import _cgroups
 from codegym.sandbox._cgroups import WorkerCgroup
+from codegym.sandbox.errors import SandboxInputError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 ZYGOTE_FILES = ("_zygote.py", "_harness.py", "_stdio.py", "_plain.py", "_serve.py", "_judge.py")
@@ -184,10 +185,23 @@ def find_python(explicit: str | None = None) -> str | None:
     """The interpreter that runs inside the sandbox: the system Python by default.
 
     Not the virtual environment's: the jail exposes only /usr, never the project tree.
+    An interpreter named explicitly (``python=`` or ``$CODEGYM_SANDBOX_PYTHON``) must exist:
+    running the system's instead would be silently not what was asked.
+
+    Raises:
+        SandboxInputError: the named interpreter is not there.
     """
-    for cand in (explicit, os.environ.get("CODEGYM_SANDBOX_PYTHON"), "/usr/bin/python3"):
-        if cand and Path(cand).exists():
+    for what, cand in (("python=", explicit), ("$CODEGYM_SANDBOX_PYTHON", os.environ.get(
+            "CODEGYM_SANDBOX_PYTHON"))):  # fmt: skip
+        if cand:
+            if not Path(cand).is_file():
+                raise SandboxInputError(
+                    f"{what} {cand!r}: no such interpreter; give the path of an existing "
+                    "python3 (or leave it unset for /usr/bin/python3)"
+                )
             return cand
+    if Path("/usr/bin/python3").exists():
+        return "/usr/bin/python3"
     return shutil.which("python3")
 
 
