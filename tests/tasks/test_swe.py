@@ -26,7 +26,7 @@ from codegym.sandbox.images import ImageStore
 from codegym.sandbox.images.layers import remove_tree
 from codegym.tasks import DatasetError
 from codegym.tasks.swe.grade import grade
-from codegym.tasks.swe.synth import load_source, synth_package
+from codegym.tasks.swe.synth import Report, load_source, synth_package
 from codegym.tasks.swe.task import SweTask, load_tasks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,6 +51,12 @@ def clamp(x, lo, hi):
     if x > hi:
         return hi
     return x
+
+
+def untested(x, k=2):
+    if x > k:
+        return x - k
+    return x + k
 """
 TESTS = """\
 import pytest
@@ -111,6 +117,7 @@ needs_index = pytest.mark.skipif(
     not _index_reachable(), reason="the package index (pytest's wheels) cannot be reached"
 )
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
+MADE_REPORT: list[Report] = []
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +148,9 @@ async def made(shapes: tuple[ImageStore, Path]) -> AsyncIterator[tuple[Sandbox, 
     except HostUnsupported as e:
         pytest.skip(str(e))
     try:
-        tasks = await synth_package(box, src, n=60, seed=1, combined_share=0.0)
+        report = Report()
+        tasks = await synth_package(box, src, n=60, seed=1, combined_share=0.0, report=report)
+        MADE_REPORT.append(report)
         yield box, tasks
     finally:
         await box.close()
@@ -151,7 +160,7 @@ async def made(shapes: tuple[ImageStore, Path]) -> AsyncIterator[tuple[Sandbox, 
 @in_module_loop
 async def test_synthesis_keeps_bugs_the_suite_catches(made: tuple[Sandbox, list[SweTask]]):
     _, tasks = made
-    assert len(tasks) >= 5
+    assert len(tasks) >= 4  # of at most 6 failing sets five tests can tell apart
     names = ("test_area", "test_area_negative", "test_perimeter", "test_scale", "test_clamp")
     everything = {f"tests/test_shapes.py::{n}" for n in names}
     for t in tasks:
@@ -162,6 +171,44 @@ async def test_synthesis_keeps_bugs_the_suite_catches(made: tuple[Sandbox, list[
         fixed = [ln[1:] for ln in t.patch.splitlines() if ln.startswith("+") and ln[1:].strip()]
         assert not any(f.strip() in t.problem_statement for f in fixed if f.strip() != "+++")
     assert len({frozenset(t.FAIL_TO_PASS) for t in tasks}) == len(tasks)  # deduplicated
+    # aimed by coverage: no test runs `untested`, so none of its mutants was judged
+    from codegym.tasks.swe.mutate import find_mutants
+
+    report = MADE_REPORT[0]
+    assert report.unreached["shapes"] >= 5
+    assert not any("untested" in t.created_by["functions"] for t in tasks)
+    # a bug only test_clamp sees can only fail test_clamp: one of clamp's many mutants is
+    # judged, not each (the budget of 60 is more than there are mutants)
+    singles = find_mutants("shapes.py", SHAPES)
+    assert report.tried["shapes"] < len(singles) - report.unreached["shapes"] < 60
+
+
+def test_coverage_reaches_the_tests_that_run_an_edit() -> None:
+    """Without a sandbox: the statement and signature rules of ``Coverage.reach``."""
+    from codegym.tasks.swe.coverage import Coverage, junit_id
+    from codegym.tasks.swe.mutate import find_mutants
+
+    tests = ["t::a", "t::b"]
+    # line 2 (the `if`) ran in both tests, line 3 only in b; nothing ran line 5
+    cov = Coverage(tests, {"m.py": {2: frozenset({0, 1}), 3: frozenset({1})}}, {"m.py": SRC})
+    reach = {(m.edits[0].line, m.edits[0].family): cov.reach(m.edits[0])
+             for m in find_mutants("m.py", SRC)}  # fmt: skip
+    assert reach[(2, "flip_comparison")] == {"t::a", "t::b"}
+    assert reach[(3, "off_by_one")] == {"t::b"}
+    assert reach[(5, "wrong_operator")] == frozenset()
+    assert reach[(1, "change_constant")] == {"t::a", "t::b"}  # a default: whoever calls it
+    # a test inherited from a mixin in another file keeps pytest's JUnit id
+    assert junit_id("tests/test_c.py::CacheTest::test_x[1]", "tests/__init__.py") == (
+        "tests/__init__.py::tests::test_c::CacheTest::test_x[1]"
+    )
+
+
+SRC = """def f(x, k=1):
+    if x > k:
+        return x + 1
+    return x
+    x = x * 2
+"""
 
 
 @needs_index
@@ -227,6 +274,63 @@ async def test_what_a_second_review_found_gains_nothing(made: tuple[Sandbox, lis
     deep = "/".join(["y" * 250] * 13)
     graded = await grade(sb, t, t.patch + _new(f"tests/{deep}/t.py", "x = 1\n"))
     assert graded.outcome == "unresolved" and "cannot be checked" in graded.detail, graded
+
+
+REWRITE_JUNIT = """
+import atexit, re
+def _rewrite():
+    path = "/tmp/.codegym-junit.xml"
+    text = re.sub(r"<failure[^>]*>.*?</failure>|<failure[^>]*/>", "", open(path).read(), flags=re.S)
+    open(path, "w").write(text)
+atexit.register(_rewrite)
+"""
+PATCH_REPORTS = """
+import _pytest.reports
+_init = _pytest.reports.TestReport.__init__
+def _passed(self, *a, **k):
+    _init(self, *a, **k)
+    self.outcome, self.longrepr = "passed", None
+_pytest.reports.TestReport.__init__ = _passed
+"""
+WRITE_FDS = """
+import os
+for fd in range(3, 64):
+    try:
+        os.write(fd, b'[0,"test","tests/test_shapes.py::test_area","x","passed"] 00\\n')
+    except OSError:
+        pass
+"""
+
+
+@needs_index
+@in_module_loop
+async def test_a_package_that_forges_the_report_in_process_gains_nothing(
+    made: tuple[Sandbox, list[SweTask]],
+):
+    """The bug left in place, with package code that forges pytest's report from inside the
+    interpreter: an exit hook that rewrites the JUnit file (which alone would then say every
+    test passed), pytest's report objects patched to pass, lines written to every open fd.
+    The grader's signed stream, its canaries and the cross-check make each unresolved."""
+    from codegym.sandbox.images.changes import file_patch
+    from codegym.tasks.swe.grade import task_state
+    from codegym.tasks.swe.suite import run_suite
+
+    sb, tasks = made
+    t = tasks[0]
+    state = await task_state(sb, t)
+    async with await sb.workspace(state) as ws:
+        buggy = await ws.read_file("shapes.py")
+    for payload, shows in ((REWRITE_JUNIT, "JUnit file says"), (PATCH_REPORTS, "canaries"),
+                           (WRITE_FDS, "not the grader's")):  # fmt: skip
+        forged = buggy + payload.encode()
+        graded = await grade(sb, t, file_patch("shapes.py", (0o100644, buggy), (0o100644, forged)))
+        assert graded.outcome == "unresolved" and "tampered" in graded.detail, graded
+        assert shows in graded.detail, graded.detail
+    # the first forgery is real: JUnit alone, as graders read it, says the bug is fixed
+    async with await sb.workspace(state) as ws:
+        await ws.write_file("shapes.py", buggy + REWRITE_JUNIT.encode())
+        plain = await run_suite(ws, t.test_cmd, timeout_s=30)
+    assert all(plain.statuses[x] == "passed" for x in t.FAIL_TO_PASS), plain.statuses
 
 
 @needs_index

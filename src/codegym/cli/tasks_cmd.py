@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Annotated
@@ -21,7 +22,7 @@ def synth(
         list[Path], typer.Argument(help="Image specs of packages that ship their tests.")
     ],
     out: Annotated[Path, typer.Option(help="Where to write the tasks (JSONL).")],
-    per_package: Annotated[int, typer.Option(help="Mutants to try per package.")] = 100,
+    per_package: Annotated[int, typer.Option(help="Most mutants judged per package.")] = 100,
     workers: Annotated[int | None, typer.Option(help="Suites run at once (default: CPUs).")] = None,
     seed: Annotated[int, typer.Option(help="Which mutants are sampled.")] = 0,
     max_share: Annotated[
@@ -33,6 +34,10 @@ def synth(
     gold_runs: Annotated[
         int, typer.Option(help="Gradings of each gold patch that must all resolve (0: none).")
     ] = 3,
+    aimed: Annotated[
+        bool, typer.Option(help="Aim mutants at code the tests run (one traced clean run).")
+    ] = True,
+    at_once: Annotated[int, typer.Option(help="Packages worked on at once.")] = 2,
     cache: Annotated[Path | None, typer.Option(help="Image cache folder.")] = None,
 ) -> None:
     """Mutate real functions, keep the bugs the package's own tests catch: FAIL_TO_PASS
@@ -47,6 +52,11 @@ def synth(
         fail(f"--max-share {max_share}: use a share in (0, 1]")
     if per_package < 1 or clean_runs < 1:
         fail("--per-package and --clean-runs must be at least 1")
+    if not 0 <= combined < 1:
+        fail(f"--combined {combined}: use a share in [0, 1)")
+    if at_once < 1:
+        fail(f"--at-once {at_once}: work on at least 1 package at a time")
+    t0 = time.monotonic()
     try:
         store = ImageStore(cache)
         tasks, report = asyncio.run(
@@ -56,12 +66,16 @@ def synth(
                 per_package=per_package,
                 workers=workers or os.cpu_count() or 1,
                 seed=seed,
-                log=lambda m: console.print(m, highlight=False, soft_wrap=True),
+                log=lambda m: console.print(
+                    f"[{time.monotonic() - t0:7.1f} s] {m}", highlight=False, soft_wrap=True
+                ),
                 runs=clean_runs,
                 max_share=max_share,
                 timeout_s=timeout_s,
                 combined_share=combined,
                 gold_runs=gold_runs,
+                aimed=aimed,
+                at_once=at_once,
                 on_package=lambda so_far: dump_tasks(so_far, out),
             )
         )
@@ -75,10 +89,14 @@ def synth(
         "kept_share": round(len(tasks) / tried, 3) if tried else 0.0,
         "packages": dict(report.kept),
         "rejected": dict(report.rejected),
+        "unreached": sum(report.unreached.values()),
+        "failed_packages": report.failed,
         "families": dict(Counter(t.created_by["family"] for t in tasks)),
         "seconds": round(report.seconds, 1),
     }
     typer.echo(json.dumps(summary))
+    if report.failed:
+        raise typer.Exit(1)
 
 
 @app.command("prepare")

@@ -29,6 +29,7 @@ from codegym.sandbox import ExecResult, Limits, Sandbox, SandboxError, SandboxIn
 from codegym.sandbox.images import Image, ImageBuildError, ImageStore
 from codegym.sandbox.images.changes import Changes, LowerView
 from codegym.sandbox.workspace import Workspace
+from codegym.tasks.swe.channel import Channel
 from codegym.tasks.swe.suite import matches, run_suite
 from codegym.tasks.swe.task import SweTask
 
@@ -114,7 +115,9 @@ async def grade(sb: Sandbox, task: SweTask, patch: str) -> Graded:
                 raise
             except SandboxError as e:  # the patched tree cannot be put back: the patch's doing
                 return Graded("unresolved", f"the patched tree cannot be checked: {e}")
-            run = await run_suite(ws, task.test_cmd, timeout_s=task.timeout_s)
+            names = {*task.FAIL_TO_PASS, *task.PASS_TO_PASS}
+            account = (Channel.new(), names)
+            run = await run_suite(ws, task.test_cmd, timeout_s=task.timeout_s, account=account)
     except (SandboxInfraError, ImageBuildError) as e:  # a worker, a workspace, a full disk
         return Graded("infra", str(e))
     if run.outcome == "infra":
@@ -124,6 +127,8 @@ async def grade(sb: Sandbox, task: SweTask, patch: str) -> Graded:
     mine = {t: run.statuses.get(t, "missing") for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)}
     if run.outcome == "broken":
         return Graded("unresolved", "the suite did not run (no report)", mine)
+    if run.outcome == "forged":
+        return Graded("unresolved", f"the test report was tampered with: {run.detail}", mine)
     # every task test must pass: a PASS_TO_PASS test passed in every clean run, so a skip
     # now is the library's doing (code that raises SkipTest hides what it broke)
     failing = [t for t, o in mine.items() if o != "passed"]

@@ -8,6 +8,7 @@ from typing import Any
 
 from codegym.sandbox import ExecResult, Limits, Verdict
 from codegym.tasks.swe import junit
+from codegym.tasks.swe.channel import Channel, verify
 
 JUNIT_PATH = "/tmp/.codegym-junit.xml"
 # The suite's own output goes nowhere; the report is the run's stdout. No plugin loads by
@@ -21,12 +22,14 @@ SCRIPT = (
 @dataclass(frozen=True)
 class SuiteRun:
     """One run of a suite: ``outcome`` is ``ok`` (a report came back), ``timeout``,
-    ``broken`` (no report: the suite could not even run) or ``infra`` (ours)."""
+    ``broken`` (no report: the suite could not even run), ``forged`` (the grader's account
+    shows the report was tampered with; ``detail`` says how) or ``infra`` (ours)."""
 
     outcome: str
     statuses: dict[str, str]
     xml: str
     result: ExecResult
+    detail: str = ""
 
 
 def limits(timeout_s: float) -> Limits:
@@ -47,18 +50,33 @@ async def run_suite(
     timeout_s: float,
     files: dict[str, str | bytes] | None = None,
     workspace: Any = None,
+    account: tuple[Channel, set[str]] | None = None,
 ) -> SuiteRun:
     """Run ``test_cmd`` (pytest) in ``where``: a kept ``Workspace``, or a ``Sandbox`` with
-    ``workspace=`` an image (a fresh copy), with ``files`` written first."""
-    argv = ["sh", "-c", SCRIPT, "sh", *test_cmd]
+    ``workspace=`` an image (a fresh copy), with ``files`` written first. With ``account``
+    (a grading's channel and the task's test ids), outcomes come from the grader's signed
+    stream, checked against the JUnit file (``channel``)."""
+    script, stdin = SCRIPT, b""
+    if account is not None:
+        channel, names = account
+        script, stdin = channel.script(JUNIT_PATH), channel.key
+        files = {**(files or {}), **channel.files}
+    argv = ["sh", "-c", script, "sh", *test_cmd]
     kw: dict[str, Any] = {"files": files, "limits": limits(timeout_s)}
     if workspace is not None:
         kw["workspace"] = workspace
-    r = await where.run(argv, **kw)
+    r = await where.run(argv, stdin, **kw)
     if r.verdict is Verdict.INFRA:
         return SuiteRun("infra", {}, "", r)
     if r.verdict is Verdict.TIMEOUT:
         return SuiteRun("timeout", {}, "", r)
+    if account is not None:
+        got = verify(channel, r.stdout, names)
+        if got.tampered:
+            return SuiteRun("forged", {}, got.xml, r, got.tampered)
+        if got.statuses is None:
+            return SuiteRun("broken", {}, got.xml, r)
+        return SuiteRun("ok", got.statuses, got.xml, r)
     statuses = junit.parse(r.stdout) if r.stdout.strip() else None
     if statuses is None:
         return SuiteRun("broken", {}, r.stdout, r)

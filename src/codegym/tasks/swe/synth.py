@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codegym.sandbox import Sandbox
-from codegym.sandbox.images import Image, ImageSpec, ImageStore, build_image
+from codegym.sandbox.images import Image, ImageError, ImageSpec, ImageStore, build_image
 from codegym.sandbox.images.changes import file_patch
 from codegym.sandbox.images.layers import walk
 from codegym.tasks.swe import junit
+from codegym.tasks.swe.coverage import Coverage, measure
 from codegym.tasks.swe.mutate import Mutant, combine, find_mutants, sample
 from codegym.tasks.swe.suite import matches, run_suite
 from codegym.tasks.swe.task import SweTask
@@ -131,8 +132,13 @@ class Report:
     """What a synthesis run did, per package and overall."""
 
     tried: Counter[str] = field(default_factory=Counter)
+    """Mutants judged (their suite run), per package."""
+    unreached: Counter[str] = field(default_factory=Counter)
+    """Mutants no stable test runs the code of (never judged), per package."""
     kept: Counter[str] = field(default_factory=Counter)
     rejected: Counter[str] = field(default_factory=Counter)
+    failed: dict[str, str] = field(default_factory=dict)
+    """Packages skipped (their image or clean suite failed): spec name -> why."""
     seconds: float = 0.0
 
 
@@ -144,16 +150,20 @@ async def judge_mutant(
     max_share: float,
     timeout_s: float,
     run_s: float | None = None,
+    maxfail: int | None = None,
 ) -> SweTask | str:
     """The task ``mutant`` makes, or why it makes none. The mutant's suite gets ``run_s``
     CPU seconds (default ``timeout_s``): a bug that makes it much slower than the clean
-    suite is rejected as a timeout then, not waited out; the task keeps ``timeout_s``."""
+    suite is rejected as a timeout then, not waited out; the task keeps ``timeout_s``.
+    With ``maxfail`` the suite stops at that many failures: more than ``max_share`` fail."""
     files: dict[str, str | bytes] = {p: m for p, (_, m) in mutant.files.items()}
-    run = await run_suite(
-        sb, src.test_cmd, files=files, timeout_s=run_s or timeout_s, workspace=src.image
-    )
+    cmd = [*src.test_cmd, f"--maxfail={maxfail}"] if maxfail else src.test_cmd
+    run = await run_suite(sb, cmd, files=files, timeout_s=run_s or timeout_s, workspace=src.image)
     if run.outcome != "ok":
         return {"timeout": "times out", "broken": "breaks the suite"}.get(run.outcome, "infra")
+    failed = sum(o in ("failed", "error") for o in run.statuses.values())
+    if maxfail and failed >= maxfail:  # stopped early: the rest never ran
+        return "fails too much"
     if base.stable - run.statuses.keys():
         return "breaks collection"
     f2p = sorted(t for t in base.stable if run.statuses.get(t) in ("failed", "error"))
@@ -210,10 +220,9 @@ def statement(src: Source, xml: str, f2p: list[str], shown: int = 5) -> str:
 
 
 def candidates(src: Source, n: int, seed: int, combined_share: float) -> list[Mutant]:
-    """Up to ``n`` mutants of the package: single edits, and a share of 2–3 combined."""
-    singles: list[Mutant] = []
-    for path in sorted(src.code):
-        singles += find_mutants(path, src.code[path])
+    """Up to ``n`` mutants of the package, unaimed: single edits, and a share of 2–3
+    combined (what synthesis judges when the suite cannot be traced)."""
+    singles = _singles(src)
     rng = random.Random(seed)
     picked = sample(singles, n, seed)
     n_combined = int(len(picked) * combined_share)
@@ -222,6 +231,64 @@ def candidates(src: Source, n: int, seed: int, combined_share: float) -> list[Mu
         if m is not None:
             picked[rng.randrange(len(picked))] = m
     return picked
+
+
+def _singles(src: Source) -> list[Mutant]:
+    singles: list[Mutant] = []
+    for path in sorted(src.code):
+        singles += find_mutants(path, src.code[path])
+    return singles
+
+
+@dataclass
+class _Line:
+    """The mutants whose edits the same tests reach, judged a few at a time."""
+
+    reach: frozenset[str]
+    queue: list[Mutant]
+    cap: int
+    tries: int = 0
+    misses: int = 0
+
+    duplicated: bool = False
+
+    @property
+    def open(self) -> bool:
+        return (
+            self.tries < min(self.cap, len(self.queue)) and self.misses < 2 and not self.duplicated
+        )
+
+
+def aim(
+    singles: list[Mutant], cov: Coverage | None, stable: frozenset[str], seed: int, share: float
+) -> tuple[list[_Line], int]:
+    """Group ``singles`` by the stable tests that reach them (``coverage``), in a seeded
+    order with the groups a bug could fail too much of last; and how many no stable test
+    reaches (never judged: no test could fail). Without coverage every mutant is a group of
+    its own, as sampled."""
+    if cov is None:
+        return [_Line(frozenset(), [m], 1) for m in sample(singles, len(singles), seed)], 0
+    by_reach: dict[frozenset[str], list[Mutant]] = {}
+    unreached = 0
+    for m in sample(singles, len(singles), seed):  # spread over functions and families
+        reach = cov.reach(m.edits[0]) & stable
+        if not reach:
+            unreached += 1
+            continue
+        by_reach.setdefault(reach, []).append(m)
+    rng = random.Random(seed)
+    groups = list(by_reach.items())
+    rng.shuffle(groups)
+    limit = share * len(stable)
+    groups.sort(key=lambda g: len(g[0]) > limit)
+    return [_Line(r, ms, _cap(len(r))) for r, ms in groups], unreached
+
+
+def _cap(reach: int) -> int:
+    """Most mutants judged of a group the same ``reach`` tests see: a bug only one test
+    sees can only fail that test (a second is a duplicate); more tests, more distinct
+    failing sets, but slowly (1 + log2 of the tests, at most 5)."""
+    return min(5, reach.bit_length())
 
 
 async def synth_package(
@@ -235,10 +302,14 @@ async def synth_package(
     timeout_s: float = 60.0,
     combined_share: float = 0.2,
     gold_runs: int = 3,
+    aimed: bool = True,
     report: Report | None = None,
     log: Log | None = None,
 ) -> list[SweTask]:
-    """Tasks from one package (see the module docstring)."""
+    """Tasks from one package (see the module docstring): at most ``n`` mutants judged,
+    in waves of one per group of mutants the same tests reach (``aim``), a group set aside
+    after two that make no new task; ``combined_share`` of each wave joins 2–3 bugs that
+    were kept on their own. ``aimed=False`` judges sampled mutants without coverage."""
     say = log or (lambda _m: None)
     report = report if report is not None else Report()
     base = await baseline(sb, src, runs, timeout_s)
@@ -248,32 +319,64 @@ async def synth_package(
     # a mutant that deadlocks or loops would hold a worker for the task's whole limit (and
     # twice that in wall time): ten times the clean suite is plenty to tell
     run_s = min(limit, 10 * base.seconds + 5)
-    pool = candidates(src, n, seed, combined_share)
-    judged = await asyncio.gather(
-        *(judge_mutant(sb, src, base, m, max_share, limit, run_s) for m in pool)
-    )
+    cov = await measure(sb, src.test_cmd, src.code, src.image, run_s) if aimed else None
+    if aimed and cov is None:
+        say(f"{src.name}: the suite could not be traced; judging sampled mutants")
+    singles = _singles(src)
+    lines, unreached = aim(singles, cov, base.stable, seed, max_share)
+    report.unreached[src.name] += unreached
+    maxfail = int(max_share * len(base.stable)) + 1
+    rng = random.Random(seed)
     tasks: list[SweTask] = []
+    kept_singles: list[Mutant] = []
     seen_patch: set[str] = set()
     seen_f2p: set[frozenset[str]] = set()
-    for verdict in judged:
-        report.tried[src.name] += 1
-        if isinstance(verdict, str):
-            report.rejected[verdict] += 1
-            continue
-        key = frozenset(verdict.FAIL_TO_PASS)
-        digest = hashlib.sha256(verdict.patch.encode()).hexdigest()
-        if digest in seen_patch or key in seen_f2p:
-            report.rejected["duplicate"] += 1
-            continue
-        seen_patch.add(digest)
-        seen_f2p.add(key)
-        tasks.append(verdict)
+    judged = 0
+    while judged < n:
+        wave: list[tuple[_Line | None, Mutant]] = []
+        for line in lines:
+            if line.open and len(wave) < n - judged:
+                wave.append((line, line.queue[line.tries]))
+                line.tries += 1
+        n_comb = min(
+            n - judged - len(wave), round(len(wave) * combined_share / (1 - combined_share + 1e-9))
+        )
+        for _ in range(n_comb if len(kept_singles) >= 3 else 0):
+            m = combine(kept_singles, rng.choice((2, 3)), rng)
+            if m is not None:
+                wave.append((None, m))
+        if not wave:
+            break
+        judged += len(wave)
+        verdicts = await asyncio.gather(
+            *(judge_mutant(sb, src, base, m, max_share, limit, run_s, maxfail) for _, m in wave)
+        )
+        for (group, mutant), verdict in zip(wave, verdicts, strict=True):
+            report.tried[src.name] += 1
+            if isinstance(verdict, SweTask):
+                key = frozenset(verdict.FAIL_TO_PASS)
+                digest = hashlib.sha256(verdict.patch.encode()).hexdigest()
+                if digest in seen_patch or key in seen_f2p:
+                    verdict = "duplicate"
+                    if group is not None:  # its tests tell no more bugs apart
+                        group.duplicated = True
+                else:
+                    seen_patch.add(digest)
+                    seen_f2p.add(key)
+                    tasks.append(verdict)
+                    if len(mutant.edits) == 1:
+                        kept_singles.append(mutant)
+            if isinstance(verdict, str):
+                report.rejected[verdict] += 1
+                if group is not None:
+                    group.misses += 1
     if gold_runs:
         verified = await asyncio.gather(*(_gold_holds(sb, t, gold_runs) for t in tasks))
         report.rejected["gold does not resolve"] += verified.count(False)
         tasks = [t for t, ok in zip(tasks, verified, strict=True) if ok]
     report.kept[src.name] += len(tasks)
-    say(f"{src.name}: kept {len(tasks)} of {len(pool)} mutants")
+    say(f"{src.name}: kept {len(tasks)} of {report.tried[src.name]} mutants judged "
+        f"({unreached} of {len(singles)} reached by no test)")  # fmt: skip
     return tasks
 
 
@@ -295,29 +398,46 @@ async def synth(
     per_package: int,
     workers: int,
     seed: int = 0,
+    at_once: int = 2,
     log: Log | None = None,
     on_package: Callable[[list[SweTask]], None] | None = None,
     **kw: object,
 ) -> tuple[list[SweTask], Report]:
-    """Tasks from every spec, packages one after another, mutants in parallel;
-    ``on_package`` sees the tasks so far after each package (so a long run that dies keeps
-    what it made)."""
+    """Tasks from every spec, ``at_once`` packages at a time (one package's last, slowest
+    suites leave workers idle that the next one's fill), mutants in parallel. A package
+    whose image or clean suite fails is reported in ``Report.failed`` and skipped.
+    ``on_package`` sees the tasks so far, in spec order, after each package (so a long run
+    that dies keeps what it made)."""
     report = Report()
     start = time.perf_counter()
-    tasks: list[SweTask] = []
-    async with Sandbox(workers=workers, images=store) as sb:
-        for spec in specs:
-            src = load_source(spec, store, log)
-            tasks += await synth_package(
-                sb,
-                src,
-                n=per_package,
-                seed=seed,
-                report=report,
-                log=log,
-                **kw,  # type: ignore[arg-type]
-            )
+    made: dict[int, list[SweTask]] = {}
+    gate = asyncio.Semaphore(max(1, at_once))
+
+    def so_far() -> list[SweTask]:
+        return [t for i in sorted(made) for t in made[i]]
+
+    async def one(i: int, spec: Path) -> None:
+        async with gate:
+            try:
+                src = await asyncio.to_thread(load_source, spec, store, log)
+                made[i] = await synth_package(
+                    sb,
+                    src,
+                    n=per_package,
+                    seed=seed,
+                    report=report,
+                    log=log,
+                    **kw,  # type: ignore[arg-type]
+                )
+            except (RuntimeError, ImageError) as e:
+                report.failed[Path(spec).name] = str(e)
+                if log is not None:
+                    log(f"{Path(spec).name}: skipped: {e}")
+                return
             if on_package is not None:
-                on_package(tasks)
+                on_package(so_far())
+
+    async with Sandbox(workers=workers, images=store) as sb:
+        await asyncio.gather(*(one(i, spec) for i, spec in enumerate(specs)))
     report.seconds = time.perf_counter() - start
-    return tasks, report
+    return so_far(), report
