@@ -292,6 +292,16 @@ def _passed(self, *a, **k):
     self.outcome, self.longrepr = "passed", None
 _pytest.reports.TestReport.__init__ = _passed
 """
+PATCH_HOOKS = """
+import pluggy._hooks
+_call = pluggy._hooks.HookCaller.__call__
+def _passing(self, *a, **k):
+    out = _call(self, *a, **k)
+    if self.name == "pytest_runtest_makereport" and out is not None:
+        out.outcome, out.longrepr = "passed", None
+    return out
+pluggy._hooks.HookCaller.__call__ = _passing
+"""
 WRITE_FDS = """
 import os
 for fd in range(3, 64):
@@ -309,8 +319,9 @@ async def test_a_package_that_forges_the_report_in_process_gains_nothing(
 ):
     """The bug left in place, with package code that forges pytest's report from inside the
     interpreter: an exit hook that rewrites the JUnit file (which alone would then say every
-    test passed), pytest's report objects patched to pass, lines written to every open fd.
-    The grader's signed stream, its canaries and the cross-check make each unresolved."""
+    test passed), pytest's report objects patched to pass, every report passed on its way
+    out of pluggy, lines written to every open fd. The grader's signed stream, its check
+    of pytest's report path, its canaries and the cross-check make each unresolved."""
     from codegym.sandbox.images.changes import file_patch
     from codegym.tasks.swe.grade import task_state
     from codegym.tasks.swe.suite import run_suite
@@ -320,8 +331,9 @@ async def test_a_package_that_forges_the_report_in_process_gains_nothing(
     state = await task_state(sb, t)
     async with await sb.workspace(state) as ws:
         buggy = await ws.read_file("shapes.py")
-    for payload, shows in ((REWRITE_JUNIT, "JUnit file says"), (PATCH_REPORTS, "canaries"),
-                           (WRITE_FDS, "not the grader's")):  # fmt: skip
+    for payload, shows in ((REWRITE_JUNIT, "JUnit file says"),
+                           (PATCH_REPORTS, "report path was altered: ['TestReport.__init__']"),
+                           (PATCH_HOOKS, "canaries"), (WRITE_FDS, "not the grader's")):  # fmt: skip
         forged = buggy + payload.encode()
         graded = await grade(sb, t, file_patch("shapes.py", (0o100644, buggy), (0o100644, forged)))
         assert graded.outcome == "unresolved" and "tampered" in graded.detail, graded

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -109,14 +110,15 @@ async def grade(sb: Sandbox, task: SweTask, patch: str) -> Graded:
                 return Graded("infra", r.reason)
             if r.verdict is not Verdict.OK:
                 return Graded("patch_apply_failed", (r.stderr or r.reason)[-1000:])
+            lower = LowerView(list(reversed(_store(sb).layer_paths(state))))
             try:
-                await _restore_tests(ws, task, _store(sb), state)
+                await _restore_tests(ws, task, lower)
             except SandboxInfraError:
                 raise
             except SandboxError as e:  # the patched tree cannot be put back: the patch's doing
                 return Graded("unresolved", f"the patched tree cannot be checked: {e}")
             names = {*task.FAIL_TO_PASS, *task.PASS_TO_PASS}
-            account = (Channel.new(), names)
+            account = (_channel(task, lower), names)
             run = await run_suite(ws, task.test_cmd, timeout_s=task.timeout_s, account=account)
     except (SandboxInfraError, ImageBuildError) as e:  # a worker, a workspace, a full disk
         return Graded("infra", str(e))
@@ -135,7 +137,18 @@ async def grade(sb: Sandbox, task: SweTask, patch: str) -> Graded:
     return Graded("unresolved" if failing else "resolved", ", ".join(failing[:5]), mine)
 
 
-async def _restore_tests(ws: Workspace, task: SweTask, store: ImageStore, state: Image) -> None:
+def _channel(task: SweTask, lower: LowerView) -> Channel:
+    """The grading's report channel, its canaries in the module of the task's first test
+    that is a Python file (a forgery aimed at the failing tests meets them there)."""
+    ids = (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)
+    files = [t.split("::", 1)[0] for t in ids] + list(task.test_files)
+    for path in files:
+        if path.endswith(".py") and lower.lookup(path) is not None:
+            return Channel.new(path, lower.read(path).decode("utf-8", "replace"))
+    return Channel.new(f"test_{secrets.token_hex(4)}.py", "")  # only doctests: a module of its own
+
+
+async def _restore_tests(ws: Workspace, task: SweTask, lower: LowerView) -> None:
     """Keep only what a fix may change; put everything else back as the image has it.
 
     A patch may change the project's existing files (not its tests) and add Python modules
@@ -146,7 +159,6 @@ async def _restore_tests(ws: Workspace, task: SweTask, store: ImageStore, state:
     ``sys.path`` root runs before any test; a ``test_x.txt`` is a doctest), bytecode and
     compiled modules, package metadata, new folders, and links the image did not have.
     """
-    lower = LowerView(list(reversed(store.layer_paths(state))))
     allowed = may_change(task, lower)
     remove, restore = _plan(await ws.changes(), allowed, lower)
     if len(remove) > _MAX_UNDONE:

@@ -59,7 +59,7 @@ async def run_suite(
     script, stdin = SCRIPT, b""
     if account is not None:
         channel, names = account
-        script, stdin = channel.script(JUNIT_PATH), channel.key
+        script, stdin = channel.script(JUNIT_PATH), channel.stdin
         files = {**(files or {}), **channel.files}
     argv = ["sh", "-c", script, "sh", *test_cmd]
     kw: dict[str, Any] = {"files": files, "limits": limits(timeout_s)}
