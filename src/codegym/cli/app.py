@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-import click
 import typer
-from typer.core import TyperGroup
+from typer import _click as click  # typer's own copy of click: its groups hold its commands
+from typer.core import TyperCommand, TyperGroup
 
 # name -> (module, attribute: a command function or a typer sub-app, its one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -112,7 +112,7 @@ class _Lazy(TyperGroup):
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.commands.update(
-            {n: click.Command(n, help=h, short_help=h) for n, (_, _, h) in COMMANDS.items()}
+            {n: TyperCommand(n, help=h, short_help=h) for n, (_, _, h) in COMMANDS.items()}
         )
         self._loaded: dict[str, click.Command] = {}
         self._resolving = False
