@@ -11,10 +11,11 @@ every ``FAIL_TO_PASS`` and every ``PASS_TO_PASS`` test passed (a skip fails eith
 
 Model outcomes: ``resolved``, ``unresolved``, ``patch_apply_failed``, ``empty_patch``,
 ``tests_timeout``. Infra (the workspace, the worker, the image) is ``infra``: never scored.
-What this cannot stop: the tests run in the same interpreter as the patched package (as in
-every pytest-based grader), so a patch that rewrites pytest's behaviour from inside the
-package could forge a report (an exit hook that rewrites the JUnit file, say); undoing
-everything but the project's own code closes the routes that need no such code.
+The tests run in the same interpreter as the patched package (as in every pytest-based
+grader): undoing everything but the project's own code closes the routes that need no code
+in that interpreter, and the outcomes are read from the grader's own signed account with
+canaries (``channel``), so package code that rewrites the report is ``unresolved``; what
+that still cannot stop is said there.
 """
 
 from __future__ import annotations

@@ -3,8 +3,11 @@ package's own tests catch.
 
 Per package (an image spec whose sdist ships its tests): the clean suite runs ``runs``
 times in fresh workspaces, and the tests that pass every time are the stable set (the
-flaky and the already failing are dropped). Each sampled mutant (``mutate``) then runs the
-whole suite once, in a fresh workspace with the mutated file written over the source. A
+flaky and the already failing are dropped). One more clean run, traced (``coverage``),
+says which tests run each line: mutants (``mutate``) no test reaches are never judged, and
+the rest are judged in waves of one per group of mutants the same tests reach (``aim``).
+Each judged mutant runs the whole suite once, in a fresh workspace with the mutated file
+written over the source, stopped at the share limit (``--maxfail``). A
 mutant becomes a task when at least one stable test fails (``FAIL_TO_PASS``), at most
 ``max_share`` of them do, every stable test still ran (nothing broke collection), and the
 suite finished in time; ``PASS_TO_PASS`` is the stable rest. Tasks are deduplicated by
