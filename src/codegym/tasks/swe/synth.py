@@ -334,8 +334,9 @@ async def synth_package(
     kept_singles: list[Mutant] = []
     seen_patch: set[str] = set()
     seen_f2p: set[frozenset[str]] = set()
-    judged = 0
+    judged = waves = 0
     while judged < n:
+        waves += 1
         wave: list[tuple[_Line | None, Mutant]] = []
         for line in lines:
             if line.open and len(wave) < n - judged:
@@ -373,7 +374,9 @@ async def synth_package(
                 report.rejected[verdict] += 1
                 if group is not None:
                     group.misses += 1
+        say(f"{src.name}: wave {waves}: {len(wave)} judged, {len(tasks)} tasks so far")
     if gold_runs:
+        say(f"{src.name}: grading {len(tasks)} gold patches {gold_runs} times")
         verified = await asyncio.gather(*(_gold_holds(sb, t, gold_runs) for t in tasks))
         report.rejected["gold does not resolve"] += verified.count(False)
         tasks = [t for t, ok in zip(tasks, verified, strict=True) if ok]
