@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from codegym.policies import OpenAIPolicy, PolicyError, Retry, SamplingParams
+from codegym.policies import Hedge, OpenAIPolicy, PolicyError, Retry, SamplingParams
+from codegym.policies.retry import Latencies
 from codegym.testing import FakeOpenAIServer, FakeReply
 
 FAST = Retry(attempts=4, base_s=0.01, max_s=0.5)
@@ -312,3 +313,43 @@ async def test_text_only_policy_gets_the_fallback_adapter(srv: FakeOpenAIServer)
         EnvSpec("code"), TextOnly(), SamplingParams(), Resources(), tokenizer=ByteTokenizer()
     )
     assert isinstance(ex.policy, TextTokenPolicy)
+
+
+async def test_a_hang_is_hedged_not_waited_out() -> None:
+    """After the warm-up the policy knows the usual latency: a request that hangs gets a
+    second copy, which answers; with no retries and a long timeout, only the hedge can
+    make this call succeed."""
+    with FakeOpenAIServer(latency_s=0.02) as srv:
+        hedge = Hedge(warmup=8, factor=3.0)
+        async with policy(srv, hedge=hedge, timeout_s=30, retry=Retry(attempts=1)) as p:
+            for _ in range(10):
+                await p.generate("x", SamplingParams())
+            assert p.hedges == 0  # healthy answers are never hedged
+            srv.fail("hang", times=1)
+            (g,) = await p.generate("x", SamplingParams())
+        assert g.text and p.hedges == 1 and p.hedge_wins == 1 and srv.requests == 12
+
+
+async def test_no_hedge_waits_out_the_timeout() -> None:
+    with FakeOpenAIServer(latency_s=0.02) as srv:
+        async with policy(srv, hedge=None, timeout_s=0.5, retry=Retry(attempts=1)) as p:
+            for _ in range(10):
+                await p.generate("x", SamplingParams())
+            srv.fail("hang", times=1)
+            with pytest.raises(PolicyError) as e:
+                await p.generate("x", SamplingParams())
+        assert e.value.kind == "timeout" and p.hedges == 0 and srv.requests == 11
+
+
+def test_the_hedge_delay_follows_recent_latencies() -> None:
+    lat = Latencies(Hedge(warmup=4, factor=2.0, quantile=0.5, window=16, min_s=0.0))
+    for s in (0.1, 0.1, 0.1):
+        lat.add(s)
+    assert lat.delay() is None  # not warmed up: "usual" is unknown
+    lat.add(0.1)
+    assert lat.delay() == pytest.approx(0.2)
+    for _ in range(32):  # the window forgets the old latencies
+        lat.add(1.0)
+    assert lat.delay() == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        Hedge(factor=0.5)

@@ -13,7 +13,7 @@ from codegym.policies.retry import is_retryable_status, parse_retry_after
 
 def test_public_surface() -> None:
     assert sorted(policies.__all__) == [
-        "Generation", "Message", "OpenAIPolicy", "Policy", "PolicyError", "Prompt",
+        "Generation", "Hedge", "Message", "OpenAIPolicy", "Policy", "PolicyError", "Prompt",
         "ReplayPolicy", "Retry", "SamplingParams", "extract_code", "outcome_for_generation",
     ]  # fmt: skip
 

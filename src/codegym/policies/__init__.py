@@ -21,10 +21,11 @@ if TYPE_CHECKING:
     from codegym.policies.openai_policy import OpenAIPolicy
 from codegym.policies.policy import Generation, Message, Policy, Prompt, SamplingParams
 from codegym.policies.replay import ReplayPolicy
-from codegym.policies.retry import Retry
+from codegym.policies.retry import Hedge, Retry
 
 __all__ = [
     "Generation",
+    "Hedge",
     "Message",
     "OpenAIPolicy",
     "Policy",

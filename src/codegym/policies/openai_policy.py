@@ -45,7 +45,7 @@ import aiohttp
 from codegym.policies._parse import BadResponse, parse_response
 from codegym.policies.errors import PolicyError, PolicyErrorKind
 from codegym.policies.policy import Generation, Prompt, SamplingParams
-from codegym.policies.retry import Retry, is_retryable_status, parse_retry_after
+from codegym.policies.retry import Hedge, Latencies, Retry, is_retryable_status, parse_retry_after
 
 Mode = Literal["completions", "chat"]
 
@@ -82,6 +82,7 @@ class OpenAIPolicy:
         mode: Mode = "completions",
         concurrency: int = 64,
         retry: Retry | None = None,
+        hedge: Hedge | None = Hedge(),  # frozen: one shared default is safe
         timeout_s: float = 300.0,
         logprobs: bool = False,
         token_ids: bool = False,
@@ -98,6 +99,8 @@ class OpenAIPolicy:
             mode: ``"completions"`` (raw text prompts) or ``"chat"`` (message lists).
             concurrency: most requests in flight at once.
             retry: retry budget and backoff (default ``Retry()``).
+            hedge: when to send a second copy of a request slower than the server usually
+                is (default ``Hedge()``); None never hedges.
             timeout_s: bound on each attempt, connect to last byte.
             logprobs: ask for per-token logprobs of the sampled tokens.
             token_ids: ask a vLLM server for prompt and output token ids
@@ -132,6 +135,12 @@ class OpenAIPolicy:
         self.mode: Mode = mode
         self.concurrency = concurrency
         self.retry = retry or Retry()
+        self.hedge = hedge
+        self._latencies = Latencies(hedge) if hedge is not None else None
+        self.hedges = 0
+        """Requests sent a second time because the first was slow."""
+        self.hedge_wins = 0
+        """... of which the second copy answered first."""
         self.timeout_s = float(timeout_s)
         self.logprobs = logprobs
         self.token_ids = token_ids
@@ -147,6 +156,7 @@ class OpenAIPolicy:
             "User-Agent": "codegym",
         }
         self._sem: asyncio.Semaphore | None = None
+        self._hedge_sem: asyncio.Semaphore | None = None
 
     async def __aenter__(self) -> OpenAIPolicy:
         return self
@@ -157,6 +167,7 @@ class OpenAIPolicy:
     async def aclose(self) -> None:
         """Close the HTTP session of the current loop (idempotent)."""
         session, self._session, self._loop, self._sem = self._session, None, None, None
+        self._hedge_sem = None
         if session is not None and not session.closed:
             await session.close()
 
@@ -182,6 +193,9 @@ class OpenAIPolicy:
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
             self._sem = asyncio.Semaphore(self.concurrency)
+            budget = self.hedge.budget if self.hedge is not None else 0.0
+            hedges = int(budget * self.concurrency) or (1 if budget > 0 else 0)
+            self._hedge_sem = asyncio.Semaphore(hedges) if hedges else None
             self._loop = loop
         return self._session, self._sem
 
@@ -232,22 +246,7 @@ class OpenAIPolicy:
         )
         async with sem:
             start = time.perf_counter()
-            try:
-                async with (
-                    asyncio.timeout(self.timeout_s),
-                    session.post(url, data=body) as resp,
-                ):
-                    content = await resp.read()
-                    status = resp.status
-                    retry_after = resp.headers.get("retry-after")
-            except aiohttp.ClientConnectorError as e:  # refused, unreachable, DNS
-                raise _Attempt("connection", f"{type(e).__name__}: {e}", retryable=True) from e
-            except TimeoutError as e:  # before ClientError: ServerTimeoutError is both
-                raise _Attempt(
-                    "timeout", f"no answer within {self.timeout_s:g} s", retryable=True
-                ) from e
-            except (aiohttp.ClientError, OSError) as e:  # reset, dropped, cut-off body
-                raise _Attempt("connection", f"{type(e).__name__}: {e}", retryable=True) from e
+            status, content, retry_after = await self._race(session, url, body)
             model_s = time.perf_counter() - start
         if status >= 400:
             raise _Attempt(
@@ -258,11 +257,74 @@ class OpenAIPolicy:
                 retry_after_s=parse_retry_after(retry_after),
             )
         try:
-            return parse_response(json.loads(content), mode, n, model_s)
+            gens = parse_response(json.loads(content), mode, n, model_s)
         except (ValueError, BadResponse) as e:  # JSONDecodeError is a ValueError
             raise _Attempt(
                 "bad_response", f"{e} (body: {_snippet(content)})", retryable=True
             ) from e
+        if self._latencies is not None:
+            self._latencies.add(model_s)
+        return gens
+
+    async def _post(
+        self, session: aiohttp.ClientSession, url: str, body: bytes
+    ) -> tuple[int, bytes, str | None]:
+        """One HTTP request: (status, body, Retry-After), or ``_Attempt`` for no answer."""
+        try:
+            async with (
+                asyncio.timeout(self.timeout_s),
+                session.post(url, data=body) as resp,
+            ):
+                return resp.status, await resp.read(), resp.headers.get("retry-after")
+        except aiohttp.ClientConnectorError as e:  # refused, unreachable, DNS
+            raise _Attempt("connection", f"{type(e).__name__}: {e}", retryable=True) from e
+        except TimeoutError as e:  # before ClientError: ServerTimeoutError is both
+            raise _Attempt(
+                "timeout", f"no answer within {self.timeout_s:g} s", retryable=True
+            ) from e
+        except (aiohttp.ClientError, OSError) as e:  # reset, dropped, cut-off body
+            raise _Attempt("connection", f"{type(e).__name__}: {e}", retryable=True) from e
+
+    async def _race(
+        self, session: aiohttp.ClientSession, url: str, body: bytes
+    ) -> tuple[int, bytes, str | None]:
+        """``_post``, hedged: a request still unanswered after the usual latency (``Hedge``)
+        is sent once more if the hedge budget allows; the first good answer wins."""
+        delay = self._latencies.delay() if self._latencies is not None else None
+        hedges = self._hedge_sem
+        first = asyncio.ensure_future(self._post(session, url, body))
+        pending: set[asyncio.Future[tuple[int, bytes, str | None]]] = {first}
+        try:
+            if delay is None or hedges is None:
+                return await first
+            done, _ = await asyncio.wait(pending, timeout=delay)
+            if done or hedges.locked():  # answered in time, or no budget: no hedge
+                return await first
+            async with hedges:
+                self.hedges += 1
+                second = asyncio.ensure_future(self._post(session, url, body))
+                pending.add(second)
+                failure: BaseException | None = None
+                answer: tuple[int, bytes, str | None] | None = None
+                while pending:
+                    done, pending = await asyncio.wait(pending, return_when="FIRST_COMPLETED")
+                    for task in done:
+                        if task.exception() is not None:
+                            failure = task.exception()
+                            continue
+                        answer = task.result()
+                        if answer[0] < 400:  # a good answer: the race is over
+                            self.hedge_wins += task is second
+                            return answer
+                if answer is not None:  # both answered with an error status: the last
+                    return answer
+                assert failure is not None
+                raise failure
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
 
     async def generate(
         self,

@@ -75,3 +75,65 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+@dataclass(frozen=True)
+class Hedge:
+    """When to send a second copy of a request that is slower than the server usually is.
+
+    A request still unanswered ``factor`` times the ``quantile`` of the recent answers'
+    latencies (and at least ``min_s``) is sent once more; the first answer wins and the
+    other request is cancelled. A hang then costs about one usual latency more instead of
+    the whole ``timeout_s`` plus a retry. At most ``budget`` × the policy's concurrency
+    hedges are in flight at once (on top of it: hedges never delay first attempts), and
+    none is sent before ``warmup`` answers have been seen (until then "usual" is unknown).
+    """
+
+    factor: float = 2.0
+    quantile: float = 0.95
+    min_s: float = 0.05
+    budget: float = 0.1
+    warmup: int = 32
+    window: int = 512
+    """How many recent latencies "usual" is taken over."""
+
+    def __post_init__(self) -> None:
+        if not (self.factor >= 1 and 0 < self.quantile <= 1 and self.min_s >= 0):
+            raise ValueError(
+                f"Hedge(factor={self.factor}, quantile={self.quantile}, min_s={self.min_s}): "
+                "use factor >= 1, a quantile in (0, 1], min_s >= 0"
+            )
+        if not 0 <= self.budget <= 1 or self.warmup < 1 or self.window < self.warmup:
+            raise ValueError(
+                f"Hedge(budget={self.budget}, warmup={self.warmup}, window={self.window}): "
+                "use a budget in [0, 1] and 1 <= warmup <= window"
+            )
+
+
+class Latencies:
+    """The last ``Hedge.window`` answer latencies, and the hedge delay they give."""
+
+    def __init__(self, hedge: Hedge) -> None:
+        self.hedge = hedge
+        self._ring: list[float] = []
+        self._next = 0
+        self._count = 0
+        self._delay: float | None = None
+
+    def add(self, seconds: float) -> None:
+        self._count += 1
+        if len(self._ring) < self.hedge.window:
+            self._ring.append(seconds)
+        else:
+            self._ring[self._next] = seconds
+            self._next = (self._next + 1) % self.hedge.window
+        # recomputed every 16 answers: sorting 512 floats per answer would cost more
+        # than the request
+        if len(self._ring) >= self.hedge.warmup and (self._delay is None or self._count % 16 == 0):
+            ordered = sorted(self._ring)
+            q = ordered[min(len(ordered) - 1, int(self.hedge.quantile * len(ordered)))]
+            self._delay = max(self.hedge.min_s, self.hedge.factor * q)
+
+    def delay(self) -> float | None:
+        """Seconds after which to hedge a request; None before ``warmup`` answers."""
+        return self._delay
