@@ -12,7 +12,10 @@ from codegym.serving import ModelServer, build_random_model
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_random_model(tmp_path_factory.mktemp("model") / "tiny-random", n_embd=32)
+    # 1024 positions: a tool description and a conversation fit the byte-level tokenizer
+    return build_random_model(
+        tmp_path_factory.mktemp("model") / "tiny-random", n_embd=32, n_positions=1024
+    )
 
 
 @pytest.fixture(scope="module")

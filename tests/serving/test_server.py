@@ -49,7 +49,8 @@ def test_completion_token_ids_and_logprobs_match_a_rescore(server: ModelServer) 
         temperature=1.0,
         seed=3,
         logprobs=2,
-        extra_body={"return_token_ids": True},
+        # ids as keys: two ids that decode to the same text would share one key otherwise
+        extra_body={"return_token_ids": True, "return_tokens_as_token_ids": True},
     )
     choice = body["choices"][0]
     prompt_ids = server.policy.encode("def add(a, b):")
@@ -152,7 +153,11 @@ def test_stop_string_cuts_the_text(server: ModelServer) -> None:
         ("max_tokens", {"max_tokens": 0}),
         ("n", {"n": 0}),
         ("prompt", {"prompt": [999999]}),
-        ("stream", {"extra_body": {"stream": True}}),
+        ("presence_penalty", {"presence_penalty": 0.5}),
+        ("frequency_penalty", {"frequency_penalty": 1.0}),
+        ("response_format", {"extra_body": {"response_format": {"type": "json_object"}}}),
+        ("logit_bias", {"logit_bias": {"1": 5}}),
+        ("stream", {"stream": True, "logprobs": 1}),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(
@@ -184,7 +189,7 @@ async def test_openai_policy_gets_token_ids_from_the_server(server: ModelServer)
 
 
 def test_weight_update_bumps_version_and_changes_outputs(model_dir: Path, tmp_path: Path) -> None:
-    other = build_random_model(tmp_path / "other", n_embd=32, seed=1)
+    other = build_random_model(tmp_path / "other", n_embd=32, n_positions=1024, seed=1)
     with ModelServer(model_dir, model_name="tiny", weights_token="s3cret") as srv:
         http = httpx.Client(base_url=srv.base_url, timeout=60)
         # greedy tokens of random models all echo the prompt; their logprobs tell them apart
@@ -224,3 +229,124 @@ def test_the_tokenizers_chat_template_is_used(tmp_path: Path) -> None:
         )
         body = json.loads(r.content)
         assert body["prompt_token_ids"] == srv.policy.encode("[user]hi[assistant]")
+
+
+def test_defaults_that_change_nothing_are_accepted(server: ModelServer) -> None:
+    r = client(server).completions.create(
+        model="tiny", prompt="x", max_tokens=2, presence_penalty=0, frequency_penalty=0,
+        extra_body={"response_format": {"type": "text"}}, user="me", best_of=1,
+    )  # fmt: skip
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_a_request_past_the_context_is_context_length_exceeded(server: ModelServer) -> None:
+    ctx = server.policy.context_length
+    with pytest.raises(openai.BadRequestError) as err:
+        client(server).completions.create(model="tiny", prompt="x", max_tokens=ctx)
+    assert err.value.code == "context_length_exceeded" and str(ctx) in err.value.message
+    long = list(range(1, ctx + 5))
+    with pytest.raises(openai.BadRequestError) as err:
+        client(server).completions.create(model="tiny", prompt=long, max_tokens=1)
+    assert err.value.code == "context_length_exceeded"
+    with pytest.raises(openai.NotFoundError) as nf:
+        client(server).completions.create(model="gpt-9", prompt="x", max_tokens=1)
+    assert nf.value.code == "model_not_found"
+
+
+def test_a_streamed_chat_is_the_same_answer(server: ModelServer) -> None:
+    msgs = [{"role": "user", "content": "def add(a, b):"}]
+    whole = client(server).chat.completions.create(
+        model="tiny",
+        messages=msgs,
+        max_tokens=12,
+        seed=5,  # type: ignore[arg-type]
+    )
+    stream = client(server).chat.completions.create(
+        model="tiny", messages=msgs, max_tokens=12, seed=5, stream=True,  # type: ignore[arg-type]
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finals = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert finals == [whole.choices[0].finish_reason]
+    assert len([c for c in chunks if c.choices]) >= 3  # it came in pieces, not at once
+    assert chunks[-1].usage is not None and chunks[-1].usage == whole.usage
+
+
+def test_a_streamed_completion_holds_back_what_a_stop_string_cuts(server: ModelServer) -> None:
+    full = raw_completion(server, prompt="def", max_tokens=12, seed=21)["choices"][0]["text"]
+    stop = full[3:5]
+    whole = client(server).completions.create(
+        model="tiny", prompt="def", max_tokens=12, seed=21, stop=[stop], n=2
+    )
+    pieces: dict[int, str] = {0: "", 1: ""}
+    for c in client(server).completions.create(
+        model="tiny", prompt="def", max_tokens=12, seed=21, stop=[stop], n=2, stream=True
+    ):
+        for ch in c.choices:
+            pieces[ch.index] += ch.text
+            assert stop not in pieces[ch.index]
+    assert [pieces[0], pieces[1]] == [ch.text for ch in whole.choices]
+
+
+def test_echo_scores_the_prompt_for_likelihood_evals(server: ModelServer) -> None:
+    ids = server.policy.encode("def add(a, b): return a + b")
+    body = raw_completion(server, prompt=ids, max_tokens=0, echo=True, logprobs=1)
+    lp = body["choices"][0]["logprobs"]
+    assert body["choices"][0]["text"] == server.policy.decode(ids)
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert lp["token_logprobs"][1:] == pytest.approx(rescore(server, ids[:1], ids[1:]), abs=1e-4)
+    for top, got in zip(lp["top_logprobs"][1:], lp["token_logprobs"][1:], strict=True):
+        assert max(top.values()) >= got - 1e-6  # the greedy check lm-eval makes
+    # echo with one sampled token after the prompt, as lm-eval's local-completions sends
+    one = raw_completion(server, prompt=[ids, ids[:5]], max_tokens=1, echo=True, logprobs=1)
+    assert [len(c["logprobs"]["tokens"]) for c in one["choices"]] == [len(ids) + 1, 6]
+    with pytest.raises(openai.BadRequestError, match="echo"):
+        client(server).completions.create(model="tiny", prompt="x", max_tokens=0)
+
+
+def test_tools_are_described_and_calls_parsed(server: ModelServer) -> None:
+    tools = [{"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}]
+    msgs = [
+        {"role": "user", "content": "run it"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "run", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]  # fmt: skip
+    r = client(server).chat.completions.create(
+        model="tiny",
+        messages=msgs,
+        tools=tools,
+        max_tokens=4,  # type: ignore[arg-type]
+    )
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    with pytest.raises(openai.BadRequestError, match="tool_choice"):
+        client(server).chat.completions.create(
+            model="tiny",
+            messages=msgs[:1],
+            tools=tools,
+            tool_choice="required",
+            max_tokens=4,  # type: ignore[arg-type]
+        )
+
+
+def test_the_responses_api(server: ModelServer) -> None:
+    tools = [{"type": "function", "name": "run", "parameters": {"type": "object"}}]
+    r = client(server).responses.create(
+        model="tiny", input="def add(a, b):", instructions="Write Python.",
+        max_output_tokens=6, tools=tools,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert r.status in ("completed", "incomplete") and isinstance(r.output_text, str)
+    assert r.usage is not None and r.usage.output_tokens <= 6
+    events = list(
+        client(server).responses.create(model="tiny", input="x", max_output_tokens=5, stream=True)
+    )
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == events[-1].response.output_text
+    with pytest.raises(openai.BadRequestError, match="previous_response_id"):
+        client(server).responses.create(model="tiny", input="x", previous_response_id="r1")

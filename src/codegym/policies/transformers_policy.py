@@ -43,7 +43,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -93,6 +93,8 @@ class _Row:
     tops: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
     finish: str | None = None
     text: str | None = None
+    notify: Callable[[int], None] | None = None
+    """Called (on the worker thread) with each sampled id: streaming."""
 
 
 @dataclass
@@ -102,6 +104,8 @@ class _Job:
     top_k: int
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[list[Sample]]
+    on_token: Callable[[int, int], None] | None = None
+    """Called on ``loop`` with (sample index, id) as each id is sampled."""
 
 
 def simple_chat_template(messages: Sequence[Message]) -> str:
@@ -267,9 +271,17 @@ class TransformersPolicy:
         return [_to_generation(s) for s in await self.sample(prompt_ids, params)]
 
     async def sample(
-        self, prompt_ids: Sequence[int], params: SamplingParams, *, top_logprobs: int = 0
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        *,
+        top_logprobs: int = 0,
+        on_token: Callable[[int, int], None] | None = None,
     ) -> list[Sample]:
         """``params.n`` samples with full token detail (what the model server reports).
+
+        ``on_token(index, token_id)`` is called on the caller's event loop as each sample's
+        tokens are decoded (streaming); the samples are still returned whole at the end.
 
         Raises:
             PolicyError(kind="config"): bad ids, ``top_logprobs`` out of range, or a
@@ -283,8 +295,42 @@ class TransformersPolicy:
         self._ensure_worker()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[Sample]] = loop.create_future()
-        self._queue.put(_Job(ids, params, top_logprobs, loop, fut))
+        self._queue.put(_Job(ids, params, top_logprobs, loop, fut, on_token))
         return await fut
+
+    async def score(
+        self, prompt_ids: Sequence[int], top_logprobs: int = 0
+    ) -> list[tuple[float | None, tuple[tuple[int, float], ...]]]:
+        """The model's log-probability of each prompt token given the ones before it (the
+        first has none), with the ``top_logprobs`` most likely ids at each position: what
+        a server reports for ``echo`` with ``logprobs`` (likelihood evals).
+
+        Raises:
+            PolicyError(kind="config"): bad ids, ``top_logprobs`` out of range, a prompt
+                longer than the context.
+        """
+        ids = self._check_prompt(prompt_ids)
+        if not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise PolicyError("config", f"top_logprobs={top_logprobs}: use 0..{MAX_TOP_LOGPROBS}")
+        return await asyncio.to_thread(self._score, ids, top_logprobs)
+
+    def _score(
+        self, ids: list[int], top: int
+    ) -> list[tuple[float | None, tuple[tuple[int, float], ...]]]:
+        with self._lock, torch.inference_mode():
+            x = torch.tensor([ids], device=self.device)
+            logits = self.model(input_ids=x).logits[0, :-1, :].float()
+            raw = torch.log_softmax(logits, dim=-1)
+            got = raw.gather(-1, x[0, 1:, None])[:, 0].tolist()
+            alts = raw.topk(top, dim=-1) if top else None
+        out: list[tuple[float | None, tuple[tuple[int, float], ...]]] = [(None, ())]
+        for i, lp in enumerate(got):
+            pairs: tuple[tuple[int, float], ...] = ()
+            if alts is not None:
+                idx, vals = alts.indices[i].tolist(), alts.values[i].tolist()
+                pairs = tuple(zip(idx, vals, strict=True))
+            out.append((lp, pairs))
+        return out
 
     def load_weights(self, source: WeightsSource) -> int:
         """Swap the weights in place (between batches) and return the new policy version.
@@ -446,7 +492,10 @@ class TransformersPolicy:
                 seed = (p.seed * 1_000_003 + j) & 0x7FFF_FFFF
             else:
                 seed = self._rng.getrandbits(31)
-            out.append(_Row(job.prompt_ids, p, seed, job.top_k, budget))
+            row = _Row(job.prompt_ids, p, seed, job.top_k, budget)
+            if job.on_token is not None:
+                row.notify = _notifier(job, j)
+            out.append(row)
         return out
 
     def _finish(self, row: _Row, version: int, elapsed: float) -> Sample:
@@ -517,6 +566,8 @@ class TransformersPolicy:
     def _step(self, r: _Row, token: int, lp: float, tops: Any, i: int) -> None:
         r.out.append(token)
         r.lps.append(lp)
+        if r.notify is not None:
+            r.notify(token)
         if r.top_k:
             vals, idx = tops.values[i, : r.top_k].tolist(), tops.indices[i, : r.top_k].tolist()
             r.tops.append(tuple(zip(idx, vals, strict=True)))
@@ -531,6 +582,16 @@ class TransformersPolicy:
                 return
         if len(r.out) >= r.budget:
             r.finish = "length"
+
+
+def _notifier(job: _Job, index: int) -> Callable[[int], None]:
+    call, loop = job.on_token, job.loop
+    assert call is not None
+
+    def notify(token: int) -> None:
+        loop.call_soon_threadsafe(call, index, token)
+
+    return notify
 
 
 def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

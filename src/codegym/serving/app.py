@@ -1,18 +1,23 @@
 """The model server's FastAPI app: the OpenAI API over a ``ServingEngine``.
 
-Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``,
-``POST /v1/weights`` (``{"path": DIR_OR_SAFETENSORS}``), ``POST /v1/reload``
-(``{}`` or ``{"path": ...}``) and ``GET /health``. Generation requests never wait on the
-event loop: the policy decodes in its worker thread.
+Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``
+(both also streamed: ``stream=true`` answers server-sent events ending ``data: [DONE]``),
+``POST /v1/responses`` (the Responses API over the same engine), ``POST /v1/weights``
+(``{"path": DIR_OR_SAFETENSORS}``), ``POST /v1/reload`` (``{}`` or ``{"path": ...}``) and
+``GET /health``. Generation requests never wait on the event loop: the policy decodes in
+its worker thread.
 
 Auth: with ``api_key`` every ``/v1`` route needs ``Authorization: Bearer <api_key>``
 (like vLLM's ``--api-key``). With ``weights_token`` the two weight routes need that
 token instead. Without either, anyone who can reach the port can make the server load any
 safetensors file it can read: keep the default loopback address, or set a token.
 
-Errors are OpenAI error JSON, ``{"error": {"message", "type", "param", "code"}}``: 400 for
-a bad field (the message names it), 401 for a missing/wrong token, 404 for an unknown model
-or route, 500 for a server fault.
+Errors are OpenAI error JSON, ``{"error": {"message", "type", "param", "code"}}`` with a
+string ``code`` (or null), as clients expect: 400 for a bad field (the message names it;
+``context_length_exceeded`` for a prompt and ``max_tokens`` past the context,
+``unsupported`` for an option this server does not honour), 401 for a missing/wrong token
+(``invalid_api_key``), 404 for an unknown model (``model_not_found``) or route, 500 for a
+server fault. An error during a stream is sent as a last ``data: {"error": ...}`` event.
 """
 
 from __future__ import annotations
@@ -20,13 +25,22 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from codegym.serving.engine import RequestError, ServingEngine
-from codegym.serving.protocol import ChatRequest, CompletionRequest, ReloadRequest, WeightsRequest
+from codegym.serving.protocol import (
+    ChatRequest,
+    CompletionRequest,
+    ReloadRequest,
+    ResponsesRequest,
+    WeightsRequest,
+)
+from codegym.serving.responses import as_chat, as_response, response_events
 
 log = logging.getLogger("codegym.serving")
 M = TypeVar("M", bound=BaseModel)
@@ -38,13 +52,39 @@ def _json(body: Any, status: int = 200, version: int | None = None) -> Response:
     return Response(raw, status_code=status, media_type="application/json", headers=headers)
 
 
-def error_response(status: int, message: str, param: str | None = None) -> Response:
+def error_body(status: int, message: str, param: str | None, code: str | None) -> dict[str, Any]:
     kind = {401: "authentication_error", 404: "not_found_error"}.get(
         status, "server_error" if status >= 500 else "invalid_request_error"
     )
-    return _json(
-        {"error": {"message": message, "type": kind, "param": param, "code": status}}, status
-    )
+    if code is None:
+        code = {401: "invalid_api_key"}.get(status)
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def error_response(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> Response:
+    return _json(error_body(status, message, param, code), status)
+
+
+async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """Server-sent events of ``chunks``, then ``[DONE]``; a failure is a last error event."""
+    try:
+        async for chunk in chunks:
+            yield b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+    except RequestError as e:
+        body = error_body(e.status, str(e), e.param, e.code)
+        yield b"data: " + json.dumps(body).encode() + b"\n\n"
+    except Exception as e:
+        log.exception("stream failed")
+        body = error_body(500, f"server error: {type(e).__name__}: {e}", None, None)
+        yield b"data: " + json.dumps(body).encode() + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+def _streamed(chunks: AsyncIterator[dict[str, Any]]) -> Response:
+    headers = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+    return StreamingResponse(_sse(chunks), media_type="text/event-stream", headers=headers)
 
 
 def _validation_message(e: ValidationError) -> tuple[str, str | None]:
@@ -91,7 +131,7 @@ def create_app(
             result: Response = await call()
             return result
         except RequestError as e:
-            return error_response(e.status, str(e), e.param)
+            return error_response(e.status, str(e), e.param, e.code)
         except Exception as e:
             log.exception("request failed")
             return error_response(500, f"server error: {type(e).__name__}: {e}")
@@ -113,6 +153,8 @@ def create_app(
             req = await _parse(request, CompletionRequest)
             if isinstance(req, Response):
                 return req
+            if req.stream:
+                return _streamed(await engine.stream_complete(req))
             body = await engine.complete(req)
             return _json(body, version=body["policy_version"])
 
@@ -124,8 +166,23 @@ def create_app(
             req = await _parse(request, ChatRequest)
             if isinstance(req, Response):
                 return req
+            if req.stream:
+                return _streamed(await engine.stream_chat(req))
             body = await engine.chat(req)
             return _json(body, version=body["policy_version"])
+
+        return await guarded(request, api_key, call)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        async def call() -> Response:
+            req = await _parse(request, ResponsesRequest)
+            if isinstance(req, Response):
+                return req
+            chat = as_chat(req)
+            if req.stream:
+                return _streamed(response_events(req, await engine.stream_chat(chat)))
+            return _json(as_response(req, await engine.chat(chat)))
 
         return await guarded(request, api_key, call)
 

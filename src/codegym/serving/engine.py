@@ -12,7 +12,20 @@ chat response a top-level ``prompt_token_ids``. Every response and choice also c
 ``policy_version``, the weights version that produced it. Logprobs are those of the policy's
 ``logprobs_mode`` (``raw``: untempered model log-probabilities, the default).
 
-``RequestError`` is a user's mistake (HTTP 400, naming the field and the fix).
+Streaming (``stream=true``): ``stream_complete`` / ``stream_chat`` yield the OpenAI chunk
+bodies as the policy decodes each token; text that could still turn out to be part of a
+stop string (or of a ``<tool_call>`` block) is held back until it cannot. Tool calls
+(``codegym.serving.tools``) are parsed from the text. ``echo`` with ``logprobs`` scores the
+prompt (``max_tokens=0``: nothing sampled), as likelihood evals (lm-eval) ask.
+
+What is not honoured is refused, never ignored: non-zero penalties, a ``response_format``
+other than text, ``logit_bias``, ``best_of`` > 1, ``suffix``, a forced ``tool_choice``,
+logprobs or echo while streaming. A prompt plus ``max_tokens`` past the context is refused
+with code ``context_length_exceeded`` (never clipped); without ``max_tokens`` chat samples
+up to the context.
+
+``RequestError`` is a user's mistake (HTTP 400, naming the field and the fix; ``code`` a
+string such as ``context_length_exceeded``).
 """
 
 from __future__ import annotations
@@ -20,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +41,22 @@ from codegym.policies.errors import PolicyError
 from codegym.policies.policy import SamplingParams
 from codegym.policies.transformers_policy import Sample, TransformersPolicy
 from codegym.serving.protocol import ChatRequest, CompletionRequest
+from codegym.serving.stream import Chunks
+from codegym.serving.tools import OPEN, parse_calls, with_tools
 
-_UNSUPPORTED = ("best_of", "logit_bias", "tools", "tool_choice", "functions", "suffix")
+_UNSUPPORTED = ("logit_bias", "functions", "function_call", "suffix", "guided_json")
 
 
 class RequestError(ValueError):
     """A request the server cannot honour as asked (HTTP 400)."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
+    def __init__(
+        self, message: str, param: str | None = None, status: int = 400, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.param = param
         self.status = status
+        self.code = code
 
 
 class ServingEngine:
@@ -96,14 +114,51 @@ class ServingEngine:
                 f"{self.model_name!r} (GET /v1/models)",
                 "model",
                 status=404,
+                code="model_not_found",
             )
-        if req.stream:
-            raise RequestError("stream=true is not supported; send stream=false", "stream")
         for name in _UNSUPPORTED:
-            if req.extras().get(name) not in (None, [], {}):
-                raise RequestError(f"{name!r} is not supported by this server; drop it", name)
+            if req.extras().get(name) not in (None, [], {}, ""):
+                raise RequestError(
+                    f"{name!r} is not supported by this server; drop it", name, code="unsupported"
+                )
+        if req.extras().get("best_of") not in (None, 1):
+            raise RequestError("best_of > 1 is not supported; send n instead", "best_of")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(req, name) != 0:
+                raise RequestError(
+                    f"{name} is not supported here; send 0", name, code="unsupported"
+                )
+        if req.response_format not in (None, {"type": "text"}):
+            raise RequestError(
+                "response_format other than {'type': 'text'} is not supported here",
+                "response_format",
+                code="unsupported",
+            )
+        if req.stream and (req.logprobs or getattr(req, "echo", False)):
+            raise RequestError(
+                "logprobs and echo are not streamed by this server; send stream=false",
+                "stream",
+                code="unsupported",
+            )
         if any(not s for s in req.stop_tuple()):
             raise RequestError("stop strings must be non-empty", "stop")
+
+    def _budget(self, prompts: Sequence[list[int]], asked: int | None) -> int:
+        """Tokens to sample: ``asked``, or what the context leaves; a request that does not
+        fit is refused (``context_length_exceeded``), never silently clipped."""
+        longest = max(len(p) for p in prompts)
+        room = self.policy.context_length - longest
+        if asked is None:
+            asked = room
+        if room < 1 or longest + asked > self.policy.context_length:
+            raise RequestError(
+                f"This model's maximum context length is {self.policy.context_length} tokens. "
+                f"However, you requested {longest + asked} tokens ({longest} in the prompt, "
+                f"{asked} for the completion). Shorten the prompt or lower max_tokens.",
+                "max_tokens" if room >= 1 else "messages",
+                code="context_length_exceeded",
+            )
+        return asked
 
     def _params(self, req: CompletionRequest | ChatRequest, max_tokens: int) -> SamplingParams:
         return SamplingParams(
@@ -116,13 +171,28 @@ class ServingEngine:
         )
 
     async def _sample(
-        self, prompts: Sequence[list[int]], params: SamplingParams, top: int
+        self,
+        prompts: Sequence[list[int]],
+        params: SamplingParams,
+        top: int,
+        on_token: Callable[[int, int], None] | None = None,
     ) -> list[list[Sample]]:
+        def relay(base: int) -> Callable[[int, int], None] | None:
+            if on_token is None:
+                return None
+            call = on_token
+            return lambda j, token: call(base + j, token)
+
         try:
             # gather: the policy's queue batches the prompts into shared forward passes
             return list(
                 await asyncio.gather(
-                    *(self.policy.sample(p, params, top_logprobs=top) for p in prompts)
+                    *(
+                        self.policy.sample(
+                            p, params, top_logprobs=top, on_token=relay(k * params.n)
+                        )
+                        for k, p in enumerate(prompts)
+                    )
                 )
             )
         except PolicyError as e:
@@ -145,60 +215,108 @@ class ServingEngine:
             return f"token_id:{token_id}"
         return str(self.policy.tokenizer.decode([token_id], skip_special_tokens=False))
 
+    def _completion_setup(
+        self, req: CompletionRequest
+    ) -> tuple[list[list[int]], SamplingParams, int]:
+        self._check(req)
+        prompts = self._prompts(req.prompt)
+        if req.max_tokens == 0 and not req.echo:
+            raise RequestError("max_tokens=0 samples nothing; send echo=true to score the "
+                               "prompt, or max_tokens >= 1", "max_tokens")  # fmt: skip
+        asked = 16 if req.max_tokens is None else req.max_tokens  # OpenAI's completions default
+        budget = self._budget(prompts, asked)
+        return prompts, self._params(req, max(budget, 1)), req.logprobs or 0
+
     async def complete(self, req: CompletionRequest) -> dict[str, Any]:
         """The body of a ``/v1/completions`` answer.
 
         Raises:
-            RequestError: an unsupported option, an unknown model, or a bad prompt.
+            RequestError: an unsupported option, an unknown model, a bad prompt, or a
+                prompt and ``max_tokens`` past the context.
         """
-        self._check(req)
-        if req.echo:
-            raise RequestError("echo=true is not supported; send echo=false", "echo")
-        prompts = self._prompts(req.prompt)
-        params = self._params(req, req.max_tokens or 16)  # OpenAI's completions default
-        top = req.logprobs or 0
-        groups = await self._sample(prompts, params, top)
+        prompts, params, top = self._completion_setup(req)
+        if req.max_tokens == 0:  # echo only: score the prompts, sample nothing
+            groups = [[self._unsampled(p) for _ in range(req.n)] for p in prompts]
+        else:
+            groups = await self._sample(prompts, params, top)
+        scored: list[Any] = [None] * len(prompts)
+        if req.echo and req.logprobs is not None:
+            try:
+                scored = list(await asyncio.gather(*(self.policy.score(p, top) for p in prompts)))
+            except PolicyError as e:
+                raise RequestError(str(e), "prompt") from e
         choices: list[dict[str, Any]] = []
-        for group in groups:
+        for group, prompt, score in zip(groups, prompts, scored, strict=True):
             for s in group:
+                text = (self.policy.decode(prompt) if req.echo else "") + s.text
                 choice: dict[str, Any] = {
                     "index": len(choices),
-                    "text": s.text,
+                    "text": text,
                     "finish_reason": s.finish_reason,
                     "stop_reason": None,
                     "logprobs": None,
                     "policy_version": s.policy_version,
                 }
                 if req.logprobs is not None:
-                    choice["logprobs"] = self._completion_logprobs(s, req)
+                    choice["logprobs"] = self._completion_logprobs(s, req, prompt, score)
                 if req.return_token_ids:
                     choice["prompt_token_ids"] = list(s.prompt_token_ids)
                     choice["token_ids"] = list(s.token_ids)
                 choices.append(choice)
         return self._body("text_completion", "cmpl", groups, choices)
 
-    async def chat(self, req: ChatRequest) -> dict[str, Any]:
-        """The body of a ``/v1/chat/completions`` answer.
+    def _unsampled(self, prompt: list[int]) -> Sample:
+        version = self.policy.policy_version
+        return Sample(tuple(prompt), (), (), (), "", "length", version, 0.0)
 
-        Raises:
-            RequestError: an unsupported option, an unknown model, or bad messages.
-        """
+    async def stream_complete(self, req: CompletionRequest) -> AsyncIterator[dict[str, Any]]:
+        """Validate ``req`` now (raising ``RequestError``), then the chunks of its stream."""
+        prompts, params, top = self._completion_setup(req)
+        return self._stream("cmpl", prompts, params, top, req, chat=False)
+
+    def _chat_setup(self, req: ChatRequest) -> tuple[list[int], SamplingParams, int]:
         self._check(req)
-        messages = [_plain_message(m, i) for i, m in enumerate(req.messages)]
+        if req.tool_choice not in (None, "auto", "none"):
+            raise RequestError(
+                "only tool_choice 'auto' or 'none' is honoured here (this server cannot force "
+                "a call); send one of those",
+                "tool_choice",
+                code="unsupported",
+            )
+        tools = req.tools if req.tool_choice != "none" else None
+        messages = with_tools([_plain_message(m, i) for i, m in enumerate(req.messages)], tools)
         try:
             prompt = self.policy.render_chat(messages)
         except (PolicyError, ValueError, TypeError) as e:  # template errors are the input's
             raise RequestError(f"messages cannot be rendered: {e}", "messages") from e
-        limit = req.max_completion_tokens or req.max_tokens or self.policy.context_length
-        params = self._params(req, limit)
+        budget = self._budget([prompt], req.max_completion_tokens or req.max_tokens)
         top = (req.top_logprobs or 0) if req.logprobs else 0
+        return prompt, self._params(req, budget), top
+
+    def _calls(self, req: ChatRequest, text: str) -> tuple[str, list[dict[str, Any]]]:
+        if not req.tools or req.tool_choice == "none":
+            return text, []
+        return parse_calls(text)
+
+    async def chat(self, req: ChatRequest) -> dict[str, Any]:
+        """The body of a ``/v1/chat/completions`` answer.
+
+        Raises:
+            RequestError: an unsupported option, an unknown model, bad messages, or a
+                prompt and ``max_tokens`` past the context.
+        """
+        prompt, params, top = self._chat_setup(req)
         groups = await self._sample([prompt], params, top)
         choices: list[dict[str, Any]] = []
         for s in groups[0]:
+            content, calls = self._calls(req, s.text)
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if calls:
+                message["tool_calls"] = calls
             choice: dict[str, Any] = {
                 "index": len(choices),
-                "message": {"role": "assistant", "content": s.text},
-                "finish_reason": s.finish_reason,
+                "message": message,
+                "finish_reason": "tool_calls" if calls else s.finish_reason,
                 "stop_reason": None,
                 "logprobs": None,
                 "policy_version": s.policy_version,
@@ -212,6 +330,49 @@ class ServingEngine:
         if req.return_token_ids:
             body["prompt_token_ids"] = list(prompt)
         return body
+
+    async def stream_chat(self, req: ChatRequest) -> AsyncIterator[dict[str, Any]]:
+        """Validate ``req`` now (raising ``RequestError``), then the chunks of its stream."""
+        prompt, params, top = self._chat_setup(req)
+        return self._stream("chatcmpl", [prompt], params, top, req, chat=True)
+
+    async def _stream(
+        self,
+        prefix: str,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        top: int,
+        req: CompletionRequest | ChatRequest,
+        *,
+        chat: bool,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The chunks of a streamed answer (see ``codegym.serving.stream``)."""
+        events: asyncio.Queue[tuple[int, int] | None] = asyncio.Queue()
+        task = asyncio.ensure_future(
+            self._sample(prompts, params, top, lambda i, t: events.put_nowait((i, t)))
+        )
+        task.add_done_callback(lambda _: events.put_nowait(None))
+        hold = [*params.stop, *((OPEN,) if chat and getattr(req, "tools", None) else ())]
+        shaper = Chunks(prefix, self.model_name, chat, len(prompts) * params.n, hold)
+        try:
+            for chunk in shaper.opening():
+                yield chunk
+            while (event := await events.get()) is not None:
+                index, token = event
+                delta = shaper.token(index, token, self.policy.decode)
+                if delta is not None:
+                    yield delta
+            groups = task.result()  # raises what sampling raised
+            flat = [s for g in groups for s in g]
+            for i, s in enumerate(flat):
+                content, calls = self._calls(req, s.text) if chat else (s.text, [])  # type: ignore[arg-type]
+                for chunk in shaper.finish(i, content, calls, s.finish_reason):
+                    yield chunk
+            if (req.stream_options or {}).get("include_usage"):
+                yield shaper.usage(self._body("", prefix, groups, [])["usage"])
+        finally:
+            if not task.done():
+                task.cancel()
 
     def _body(
         self, obj: str, prefix: str, groups: list[list[Sample]], choices: list[dict[str, Any]]
@@ -232,23 +393,39 @@ class ServingEngine:
             "policy_version": min(s.policy_version for g in groups for s in g),
         }
 
-    def _completion_logprobs(self, s: Sample, req: CompletionRequest) -> dict[str, Any]:
+    def _completion_logprobs(
+        self,
+        s: Sample,
+        req: CompletionRequest,
+        prompt: list[int],
+        scored: list[tuple[float | None, tuple[tuple[int, float], ...]]] | None,
+    ) -> dict[str, Any]:
         as_ids = req.return_tokens_as_token_ids
-        tokens = [self._token(t, as_ids) for t in s.token_ids]
-        offsets, at = [], len(self.policy.decode(s.prompt_token_ids))
-        for t in s.token_ids:
+        ids = list(s.token_ids)
+        lps: list[float | None] = list(s.logprobs)
+        alts_of: list[tuple[tuple[int, float], ...]] = list(s.top_logprobs) or [()] * len(ids)
+        at = len(self.policy.decode(prompt))
+        if req.echo and scored is not None:  # the prompt's tokens come first
+            ids = prompt + ids
+            lps = [lp for lp, _ in scored] + lps
+            alts_of = [a for _, a in scored] + alts_of
+            at = 0
+        tokens = [self._token(t, as_ids) for t in ids]
+        offsets = []
+        for t in ids:
             offsets.append(at)
             at += len(self._token(t, False))
-        tops: list[dict[str, float]] = []
-        for i, (tok, lp) in enumerate(zip(tokens, s.logprobs, strict=True)):
-            alts = (
-                {self._token(a, as_ids): v for a, v in s.top_logprobs[i]} if s.top_logprobs else {}
-            )
-            alts[tok] = lp  # OpenAI lists the sampled token among the alternatives
-            tops.append(alts)
+        tops: list[dict[str, float] | None] = []
+        for tok, lp, alts in zip(tokens, lps, alts_of, strict=True):
+            if lp is None:  # the prompt's first token: nothing before it to predict it
+                tops.append(None)
+                continue
+            top = {self._token(a, as_ids): v for a, v in alts}
+            top[tok] = lp  # OpenAI lists the chosen token among the alternatives
+            tops.append(top)
         return {
             "tokens": tokens,
-            "token_logprobs": list(s.logprobs),
+            "token_logprobs": lps,
             "top_logprobs": tops,
             "text_offset": offsets,
         }

@@ -2,9 +2,10 @@
 
 Fields follow the OpenAI API plus vLLM's extensions (``return_token_ids``,
 ``return_tokens_as_token_ids``). Unknown fields are ignored, as OpenAI-compatible servers
-do, so clients that send extras (``user``, ``frequency_penalty=0``) keep working; fields
-that would silently change the meaning of an answer but are not implemented (``stream``,
-``echo``, ``best_of``, ``logit_bias``, ``tools``) are rejected by the engine with a 400.
+do, so clients that send extras (``user``) keep working; fields that would change the
+meaning of an answer but are not implemented (non-zero penalties, a ``response_format``
+other than text, ``logit_bias``, ``best_of`` > 1, ``suffix``, a forced ``tool_choice``) are
+rejected by the engine with a 400 that names them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ class _Sampling(BaseModel):
     stop: str | list[str] | None = None
     """Stop strings: the text ends before the first; ``token_ids`` keep the token that hit it."""
     stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    """``{"include_usage": true}``: a last chunk with the usage."""
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    response_format: dict[str, Any] | None = None
     return_token_ids: bool = False
     """vLLM extension: add ``prompt_token_ids`` and ``token_ids``."""
     return_tokens_as_token_ids: bool = False
@@ -51,9 +57,12 @@ class CompletionRequest(_Sampling):
 
     prompt: str | list[int] | list[str] | list[list[int]]
     """Text, token ids, or a batch of either (choices are prompt-major)."""
+    max_tokens: int | None = Field(default=None, ge=0)
+    """0 (with ``echo``): score the prompt, sample nothing."""
     logprobs: int | None = Field(default=None, ge=0, le=20)
     """Report logprobs, with this many alternatives per position."""
     echo: bool = False
+    """Prepend the prompt to each choice (its logprobs too: likelihood evals)."""
 
 
 class ChatRequest(_Sampling):
@@ -63,6 +72,10 @@ class ChatRequest(_Sampling):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    tools: list[dict[str, Any]] | None = None
+    """Function tools; calls come back as ``tool_calls`` (``codegym.serving.tools``)."""
+    tool_choice: str | dict[str, Any] | None = None
+    """``auto`` (the default with tools) or ``none``; a forced call is refused."""
 
 
 class WeightsRequest(BaseModel):
@@ -80,3 +93,26 @@ class ReloadRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str | None = None
+
+
+class ResponsesRequest(BaseModel):
+    """``POST /v1/responses``: the Responses API, answered by the chat engine."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    input: str | list[dict[str, Any]]
+    """A user message, or a list of items: messages, ``function_call``, ``function_call_output``."""
+    instructions: str | None = None
+    """A system message before the input."""
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0.0, le=100.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    tools: list[dict[str, Any]] | None = None
+    """Function tools (``{"type": "function", "name", "parameters"}``); no built-in tools."""
+    tool_choice: str | dict[str, Any] | None = None
+    stream: bool = False
+    previous_response_id: str | None = None
+    """Refused: this server keeps no responses (send the whole input)."""
+    text: dict[str, Any] | None = None
+    """Only ``{"format": {"type": "text"}}`` is honoured."""
