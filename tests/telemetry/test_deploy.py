@@ -11,11 +11,28 @@ from typing import Any
 import pytest
 import yaml
 
+from codegym.service._metrics import SERVICE_METRICS
 from codegym.telemetry import metrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "codegym.json"
 SCRAPE = DEPLOY / "prometheus" / "prometheus.yml"
+K8S_SCRAPE = DEPLOY / "prometheus" / "kubernetes.yml"
+
+
+def exposed() -> dict[str, tuple[str, ...]]:
+    """Sample names PromQL can use, codegym's and the sandbox service's."""
+    out = dict(metrics.exposed_names())
+    for m in SERVICE_METRICS:
+        for family in m.describe():
+            suffixes = {
+                "histogram": ("_bucket", "_count", "_sum"),
+                "counter": ("_total",),
+            }.get(family.type, ("",))
+            for suffix in suffixes:
+                out[family.name + suffix] = tuple(m._labelnames)
+    return out
+
 
 # Labels Prometheus adds to every series, and the histogram bucket bound.
 TARGET_LABELS = {"job", "instance", "le", "component", "namespace", "pod"}
@@ -65,12 +82,12 @@ def test_dashboard_is_well_formed() -> None:
 
 @pytest.mark.parametrize(("where", "expr"), queries())
 def test_every_query_uses_defined_metrics_and_labels(where: str, expr: str) -> None:
-    exposed = metrics.exposed_names()
+    known = exposed()
     names = NAME.findall(expr)
     assert names, f"{where}: {expr!r} queries no codegym metric"
-    unknown = [n for n in names if n not in exposed]
+    unknown = [n for n in names if n not in known]
     assert not unknown, f"{where}: {unknown} not defined in codegym.telemetry.metrics"
-    allowed = TARGET_LABELS.union(*(exposed[n] for n in names))
+    allowed = TARGET_LABELS.union(*(known[n] for n in names))
     assert label_names(expr) <= allowed, f"{where}: labels {label_names(expr) - allowed}"
     assert expr.count("(") == expr.count(")") and expr.count("{") == expr.count("}")
 
@@ -78,7 +95,8 @@ def test_every_query_uses_defined_metrics_and_labels(where: str, expr: str) -> N
 def test_dashboard_covers_every_metric() -> None:
     used = {n for _, expr in queries() for n in NAME.findall(expr)}
     families = {re.sub(r"_(bucket|count|sum|total)$", "", n) for n in used}
-    missing = {name for name in metrics.METRIC_LABELS if name not in families and name not in used}
+    every = set(metrics.METRIC_LABELS) | {m._name for m in SERVICE_METRICS}
+    missing = {name for name in every if name not in families and name not in used}
     assert not missing, f"metrics with no panel: {sorted(missing)}"
 
 
@@ -100,10 +118,14 @@ def test_panels_the_issue_asks_for_are_there() -> None:
 
 
 def test_scrape_config_parses_with_the_documented_jobs() -> None:
-    config = yaml.safe_load(SCRAPE.read_text())
-    assert set(config["global"]) >= {"scrape_interval", "evaluation_interval"}
-    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    jobs = {}
+    for path in (SCRAPE, K8S_SCRAPE):
+        config = yaml.safe_load(path.read_text())
+        assert set(config["global"]) >= {"scrape_interval", "evaluation_interval"}
+        jobs |= {job["job_name"]: job for job in config["scrape_configs"]}
     assert set(jobs) == {"codegym-sandbox-service", "codegym-cli", "codegym-kubernetes-pods"}
+    local = yaml.safe_load(SCRAPE.read_text())["scrape_configs"]
+    assert not any("kubernetes_sd_configs" in job for job in local)  # Debian's build refuses it
     for job in jobs.values():
         assert job.get("metrics_path", "/metrics") == "/metrics"
         assert "static_configs" in job or "kubernetes_sd_configs" in job

@@ -166,6 +166,7 @@ class Runner:
         """Score given completions (``Record`` holds ``completion`` and any other fields)."""
         keys = [self._score_key(t, s["completion"]) for t, s in samples]
         known = self._lookup_scores(keys)
+        self._progress.plan(len(samples))
         counters: dict[str, int] = {}
         indexes: list[int] = []
         for task, sample in samples:
@@ -181,7 +182,8 @@ class Runner:
             res = SampleResult(
                 task.id, idx, sample["completion"], False, "", "", task.group, fields=fields
             )
-            await self._score_into(res, task, keys[i], known.get(keys[i]))
+            with self._progress.in_flight():
+                await self._score_into(res, task, keys[i], known.get(keys[i]))
             results[i] = res
 
         async with asyncio.TaskGroup() as tg:
@@ -218,8 +220,13 @@ class Runner:
                 if code is not None:
                     prefetch.append(self._score_key(t, code))
         self._known_scores.update(self._lookup_scores(prefetch))
+        self._progress.plan(len(tasks) * params.n)
 
         async def one(ti: int) -> None:
+            with self._progress.in_flight(params.n):
+                await sample_and_score(ti)
+
+        async def sample_and_score(ti: int) -> None:
             task = tasks[ti]
             keys = gen_keys[ti]
             gens: list[Record | None] = [known.get(k) for k in keys]

@@ -219,8 +219,10 @@ class RolloutEngine:
         for e in excluded:
             self.stats.excluded[e.reason] += 1
             _metrics.rollout_infra_error(self.env, e.reason)
-        for t in trajs:  # telemetry: episodes by outcome and the time each stage took
-            _metrics.record_episode(self.env, t.outcome)
+        now = self.executor.current_version()
+        for t in trajs:  # telemetry: episodes by outcome, staleness, the time each stage took
+            behind = now - min(t.policy_versions) if t.policy_versions else None
+            _metrics.record_episode(self.env, t.outcome, staleness=behind)
             for stage, seconds in t.timings.items():
                 if stage in _metrics.STAGES:
                     _metrics.observe_stage(stage, seconds, env=self.env)
@@ -285,6 +287,10 @@ class RolloutEngine:
                 await asyncio.gather(*pending, return_exceptions=True)
 
     async def _episode(self, task: Task, gid: str, index: int, first_attempt: int) -> Slot:
+        with _metrics.episode_in_flight(self.env):
+            return await self._attempts(task, gid, index, first_attempt)
+
+    async def _attempts(self, task: Task, gid: str, index: int, first_attempt: int) -> Slot:
         cfg = self.config
         eid = f"{gid}/{index}"
         seed = _seed(cfg.seed, gid, index)

@@ -52,12 +52,38 @@ IDEMPOTENT_REPLAYS = Counter(
 )
 
 
+SERVICE_METRICS = (
+    REQUESTS, LATENCY, IN_FLIGHT, QUEUED, REJECTED, WORKSPACES, SESSIONS, SESSIONS_EXPIRED,
+    BATCH_RUNS, IDEMPOTENT_REPLAYS,
+)  # fmt: skip
+"""Every ``codegym_service_*`` metric (the dashboard's service row queries these)."""
+
+
 class MeasureRequests:
     """Count and time every HTTP request by its route template (not its raw path, which
-    would make one series per session id)."""
+    would make one series per session id). A request answered before routing (a 401 from
+    the token check) is labelled with the route it was for, found from ``routes``; the
+    scrape of ``/metrics`` is not counted in flight (it would read 1 on an idle service)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, routes: Callable[[], list[Any]] | None = None) -> None:
         self.app = app
+        self.routes = routes
+
+    def _template(self, scope: Scope) -> str:
+        route = scope.get("route")
+        name = getattr(route, "path", None)
+        if name is None and self.routes is not None:
+            from starlette.routing import Match
+
+            for candidate in self.routes():
+                try:
+                    match, _ = candidate.matches(scope)
+                except (KeyError, TypeError):
+                    continue
+                if match is Match.FULL:
+                    name = getattr(candidate, "path", None)
+                    break
+        return name or "unmatched"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,13 +98,15 @@ class MeasureRequests:
                 status = message["status"]
             await send(message)
 
-        IN_FLIGHT.inc()
+        counted = scope.get("path") != "/metrics"
+        if counted:
+            IN_FLIGHT.inc()
         try:
             await self.app(scope, receive, send_status)
         finally:
-            IN_FLIGHT.dec()
-            route = scope.get("route")
-            name = getattr(route, "path", None) or "unmatched"
+            if counted:
+                IN_FLIGHT.dec()
+            name = self._template(scope)
             REQUESTS.labels(name, scope["method"], str(status)).inc()
             LATENCY.labels(name).observe(time.perf_counter() - t0)
 

@@ -554,5 +554,5 @@ def create_app(
     if config.auth:
         app.add_middleware(RequireToken, token=config.token or "")
         document_token(app, "The service token (--token).")
-    app.add_middleware(m.MeasureRequests)
+    app.add_middleware(m.MeasureRequests, routes=lambda: app.routes)
     return app

@@ -151,15 +151,34 @@ EVAL_PASS_RATE: Final = Gauge(
 
 # -- trainer -----------------------------------------------------------------
 
+# Registered at the first trainer step, not at import: an unlabelled gauge reads 0 from the
+# start, so every process that imports this module (the sandbox service, an eval) would
+# otherwise export a trainer that does not exist and flatten the trainer panels to zero.
 TRAINER_STEP_SECONDS: Final = Histogram(
-    "codegym_trainer_step_seconds", "Wall time of one trainer step.", buckets=_STEP_BUCKETS
+    "codegym_trainer_step_seconds",
+    "Wall time of one trainer step.",
+    buckets=_STEP_BUCKETS,
+    registry=None,
 )
-TRAINER_STEP: Final = Gauge("codegym_trainer_step", "The last finished trainer step.")
+TRAINER_STEP: Final = Gauge(
+    "codegym_trainer_step", "The last finished trainer step.", registry=None
+)
 TRAINER_REWARD_MEAN: Final = Gauge(
-    "codegym_trainer_reward_mean", "Mean reward of the last trainer step."
+    "codegym_trainer_reward_mean", "Mean reward of the last trainer step.", registry=None
 )
-TRAINER_KL: Final = Gauge("codegym_trainer_kl", "KL to the reference policy, last step.")
-TRAINER_LOSS: Final = Gauge("codegym_trainer_loss", "Loss of the last trainer step.")
+TRAINER_KL: Final = Gauge(
+    "codegym_trainer_kl", "KL to the reference policy, last step.", registry=None
+)
+TRAINER_LOSS: Final = Gauge("codegym_trainer_loss", "Loss of the last trainer step.", registry=None)
+_TRAINER: Final = (
+    TRAINER_STEP_SECONDS,
+    TRAINER_STEP,
+    TRAINER_REWARD_MEAN,
+    TRAINER_KL,
+    TRAINER_LOSS,
+)
+_trainer_registered = threading.Lock()
+_trainer_on: list[bool] = []
 
 
 # -- sandbox pool gauges, read at scrape time -----------------------------------
@@ -247,9 +266,10 @@ METRIC_LABELS: Final[dict[str, tuple[str, ...]]] = {
 
 def exposed_names() -> dict[str, tuple[str, ...]]:
     """Every sample name PromQL can use (``_bucket``, ``_count``, ``_sum``, ``_total``, ...),
-    mapped to its label names."""
+    mapped to its label names (the trainer's too, registered or not yet)."""
     out: dict[str, tuple[str, ...]] = {}
-    for metric in REGISTRY.collect():
+    families = [*REGISTRY.collect(), *(f for m in _TRAINER for f in m.describe())]
+    for metric in families:
         if metric.name not in METRIC_LABELS:
             continue
         labels = METRIC_LABELS[metric.name]
@@ -402,10 +422,20 @@ class EvalProgress:
     def __post_init__(self) -> None:
         EVAL_PLANNED.labels(self.suite).set(self.planned)
 
+    def plan(self, n: int) -> None:
+        """``n`` more samples will be scored (the progress panel's denominator)."""
+        self.planned += n
+        EVAL_PLANNED.labels(self.suite).set(self.planned)
+
     @contextmanager
-    def in_flight(self) -> Iterator[None]:
-        with EVAL_IN_FLIGHT.labels(self.suite).track_inprogress():
+    def in_flight(self, n: int = 1) -> Iterator[None]:
+        """Count ``n`` samples as being sampled or scored for the duration of the block."""
+        gauge = EVAL_IN_FLIGHT.labels(self.suite)
+        gauge.inc(n)
+        try:
             yield
+        finally:
+            gauge.dec(n)
 
     def record(self, outcome: str, *, passed: bool, infra: bool = False) -> None:
         EVAL_SAMPLES.labels(self.suite, outcome).inc()
@@ -420,6 +450,12 @@ def record_trainer_step(
     step: int, seconds: float, *, reward_mean: float, kl: float, loss: float
 ) -> None:
     """One finished optimiser step."""
+    if not _trainer_on:
+        with _trainer_registered:
+            if not _trainer_on:
+                for m in _TRAINER:
+                    REGISTRY.register(m)
+                _trainer_on.append(True)
     TRAINER_STEP_SECONDS.observe(seconds)
     TRAINER_STEP.set(step)
     TRAINER_REWARD_MEAN.set(reward_mean)
