@@ -113,3 +113,43 @@ def test_eval_tracks_its_run_in_mlflow(tmp_path: Path, monkeypatch: pytest.Monke
     assert run.data.metrics["pass_at_1"] == 0.5
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"summary.json", "results.jsonl"} <= names
+
+
+def test_eval_runs_through_the_sandbox_service(tmp_path: Path) -> None:
+    """Everything ``eval`` does with a local sandbox (its default ground-truth check
+    included) works through ``--sandbox-url``."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = "a-service-token-for-tests"
+    service = subprocess.Popen(
+        [CODEGYM, "sandbox", "serve", "--port", str(port), "--token", token, "--workers", "2",
+         "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "CODEGYM_TOKEN": token},
+    )  # fmt: skip
+    try:
+        import httpx
+
+        from codegym.testing import wait_until
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(up, timeout=60, what="the sandbox service to start")
+        with FakeOpenAIServer(responder=answer) as srv:
+            env = {**os.environ, "OPENAI_API_KEY": "test", "CODEGYM_TOKEN": token}
+            cmd = [CODEGYM, "eval", "--suite", "humaneval", "--model", "fake-model",
+                   "--base-url", srv.base_url, "-n", "2", "--limit", "6", "--out",
+                   str(tmp_path / "run"), "--no-store", "--json",
+                   "--sandbox-url", f"http://127.0.0.1:{port}"]  # fmt: skip
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr
+        summary = json.loads(done.stdout)
+        assert summary["scored"] == 12 and summary["pass_at_k"]["1"]["estimate"] == 0.5
+    finally:
+        service.terminate()
+        service.wait(30)

@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import httpx
 import pytest
 
 from codegym.telemetry import serve_metrics
+from codegym.testing import wait_until
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 TOKEN = "t0k-long-enough-token"
@@ -38,13 +38,7 @@ def _port() -> int:
 
 
 def _wait(what: str, check: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout:g} s")
+    return wait_until(check, timeout=timeout, what=what)
 
 
 @needs_prometheus
@@ -240,7 +234,7 @@ def test_every_panel_shows_data_from_real_traffic(
 
         try:
             _wait("every panel to have data", all_have_data, timeout=90)
-        except AssertionError:
+        except TimeoutError:
             raise AssertionError(f"panels with no data: {last[-1]}") from None
         # the idle service reads 0 in flight (the scrape is not counted), and the 401 is
         # labelled with the route it was for

@@ -190,6 +190,16 @@ class RemoteSandbox:
         self.retries = 0
         self.batcher = Batcher(self, batching) if batching is not None else None
 
+    UNKNOWN_WORKERS = 4
+    """Workers assumed of an instance that has not answered yet."""
+
+    @property
+    def size(self) -> int:
+        """Workers across the instances, as their last answers said (``UNKNOWN_WORKERS``
+        for one not heard from yet): what ``Sandbox.size`` is for a local pool, so code
+        that sizes its concurrency by it works with either."""
+        return sum(i.workers or self.UNKNOWN_WORKERS for i in self._instances)
+
     async def __aenter__(self) -> RemoteSandbox:
         return self
 
