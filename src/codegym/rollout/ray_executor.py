@@ -21,7 +21,13 @@ Contract:
   again, with the same request and seed, to a live actor (up to ``redispatch`` times per
   attempt, then ``EpisodeFailure("infra")``, which the engine retries and excludes). The
   engine sees one return per attempt, so an episode is never lost or counted twice; a
-  result that a dying actor computed but did not deliver is simply recomputed.
+  result that a dying actor computed but did not deliver is simply recomputed. A
+  replacement takes work only once it is ready; one the cluster cannot place (the node
+  died and no other has room) is given up after ``replace_timeout_s`` and its slot
+  retired, logging the cluster's free resources, so the run goes on on the live actors,
+  and when none is left every attempt fails as ``infra`` at once (the engine then excludes
+  and, past its breaker, ends the run with a diagnosis): a rollout never hangs on an
+  actor that cannot come back.
 - **Cancellation** (stragglers, abort): the remote task is cancelled too (``ray.cancel``),
   which frees the actor's slot and closes the episode's env.
 - **Ray itself**: ``address=None``/``"local"`` starts a local instance (and shuts it down
@@ -108,6 +114,8 @@ class RayOptions:
     """Dead actors replaced over the run; past it a dead actor's capacity is gone."""
     start_timeout_s: float = 120.0
     """Bound on starting an actor (placement, sandbox start)."""
+    replace_timeout_s: float = 60.0
+    """Bound on placing and starting a replacement for a dead actor; then its slot retires."""
     close_timeout_s: float = 10.0
     """Bound on an actor's clean shutdown before it is killed."""
     log_to_driver: bool = False
@@ -286,13 +294,18 @@ class RayExecutor:
         self._gen = [0] * n
         """Bumped when slot i gets a new actor: only the first death report replaces it."""
         self._alive = [True] * n
+        self._replacing = [False] * n
+        """Slot i waits for a replacement actor to be ready (takes no work meanwhile)."""
         self._busy = [0] * n
+        self._replacements: set[asyncio.Task[None]] = set()
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._owns_ray = False
         self._started = False
         self._start_lock: asyncio.Lock | None = None
         self._remote_cls: Any = None
-        self.stats: dict[str, int] = {"actor_deaths": 0, "actor_restarts": 0, "redispatched": 0}
+        self.stats: dict[str, int] = {
+            "actor_deaths": 0, "actor_restarts": 0, "redispatched": 0, "slots_retired": 0,
+        }  # fmt: skip
         """Executor-level counts (the engine's own stats do not see re-dispatches)."""
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -334,6 +347,8 @@ class RayExecutor:
         """Close every actor's sandbox and policy, kill the actors, stop Ray if ours."""
         handles, self._handles = self._handles, []
         self._started = False
+        for t in list(self._replacements):
+            t.cancel()
         if handles:
             closes = [h.close.remote() for h in handles]
             try:
@@ -440,11 +455,12 @@ class RayExecutor:
             if i is not None:
                 self._busy[i] += 1
                 return i
-            if not any(self._alive):
+            if not any(self._alive) and not any(self._replacing):
                 raise EpisodeFailure(
                     "infra",
-                    f"every Ray actor died and the {self.options.max_actor_restarts} "
-                    "restarts are used up (RayOptions.max_actor_restarts)",
+                    "every Ray actor died and none can be replaced (restarts used up, "
+                    "RayOptions.max_actor_restarts, or no room in the cluster: "
+                    f"{_resources()})",
                 )
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
@@ -475,14 +491,45 @@ class RayExecutor:
         self.stats["actor_deaths"] += 1
         dead = self._handles[slot]
         ray.kill(dead)  # an "unavailable" actor may come back: make sure it cannot answer
+        self._alive[slot] = False  # no work until a replacement is ready
         if self.stats["actor_restarts"] < self.options.max_actor_restarts:
             self.stats["actor_restarts"] += 1
-            self._handles[slot] = self._spawn()
-            log.warning("ray executor: actor %d died (%s); replaced it", slot, why)
+            self._replacing[slot] = True
+            task = asyncio.ensure_future(self._replace(slot, self._gen[slot], why))
+            self._replacements.add(task)
+            task.add_done_callback(self._replacements.discard)
         else:
-            self._alive[slot] = False
             log.error("ray executor: actor %d died (%s); no restarts left", slot, why)
+            self.stats["slots_retired"] += 1
             self._wake(len(self._waiters))  # let waiters see whether any actor is left
+
+    async def _replace(self, slot: int, gen: int, why: str) -> None:
+        """Start a replacement for slot's dead actor; retire the slot if the cluster cannot
+        place it within ``replace_timeout_s`` (the node is gone and no other has room)."""
+        handle = self._spawn()
+        try:
+            async with asyncio.timeout(self.options.replace_timeout_s):
+                await handle.ready.remote()
+        except (TimeoutError, ray.exceptions.RayError) as e:
+            ray.kill(handle)
+            self._replacing[slot] = False
+            self.stats["slots_retired"] += 1
+            what = "not placed" if isinstance(e, TimeoutError) else f"failed: {_short(e)}"
+            log.error(
+                "ray executor: actor %d died (%s) and its replacement was %s in %g s; "
+                "retired the slot, going on with %d live actors; the cluster has %s",
+                slot, why, what, self.options.replace_timeout_s, sum(self._alive), _resources(),
+            )  # fmt: skip
+            self._wake(len(self._waiters))  # waiters see what is left (or that nothing is)
+            return
+        if self._gen[slot] != gen or not self._handles:  # closed meanwhile
+            ray.kill(handle)
+            return
+        self._handles[slot] = handle
+        self._replacing[slot] = False
+        self._alive[slot] = True
+        log.warning("ray executor: actor %d died (%s); replaced it", slot, why)
+        self._wake(self.options.slots_per_actor)
 
 
 def _connect(opts: RayOptions) -> bool:

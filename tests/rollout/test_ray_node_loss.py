@@ -1,0 +1,91 @@
+"""A Ray rollout whose worker node dies when the cluster has no room for a replacement
+actor: the replacement is given up after ``replace_timeout_s``, the dead actor's episodes
+are re-sent to the live one, and the run ends with every episode accounted for (it used to
+wait forever on an actor that could not be placed).
+
+A real two-node cluster on loopback (``ray.cluster_utils.Cluster``), one CPU per node and
+one actor per CPU, so the lost node's actor can go nowhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+import psutil
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from codegym.policies import OpenAIPolicy, SamplingParams
+from codegym.rollout import EnvSpec, RolloutConfig, RolloutEngine
+from codegym.rollout.ray_executor import RayExecutor, RayOptions, SandboxSpec
+from codegym.tasks.synthetic import generate
+from codegym.testing import await_until
+from codegym.testing.fake_openai import FakeOpenAIServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+TASKS = generate("infer", 4, 5, 1)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Cluster, Any]]:
+    if ray.is_initialized():
+        ray.shutdown()
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    worker = c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    try:
+        yield c, worker
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def _on_node(pid: int, node: Any) -> bool:
+    raylet = node.all_processes["raylet"][0].process.pid
+    try:
+        return any(p.pid == raylet for p in psutil.Process(pid).parents())
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def test_a_lost_node_without_room_for_a_replacement_does_not_hang(
+    cluster: tuple[Cluster, Any],
+) -> None:
+    c, worker = cluster
+    with FakeOpenAIServer(latency_s=0.3) as srv:
+        ex = RayExecutor(
+            EnvSpec("code"),
+            partial(OpenAIPolicy, srv.base_url, srv.model, mode="chat"),
+            SamplingParams(max_tokens=64),
+            sandbox=SandboxSpec(tier="jail", workers=1),
+            ray_options=RayOptions(
+                actors=2, slots_per_actor=8, actor_cpus=1.0, start_timeout_s=90,
+                replace_timeout_s=5.0,
+            ),  # fmt: skip
+            env_concurrency=2,
+        )
+        async with ex:
+            pids = [int((await h.ready.remote()).rsplit(":", 1)[1]) for h in ex.actors]
+            lost = next(i for i, pid in enumerate(pids) if _on_node(pid, worker))
+            engine = RolloutEngine(ex, RolloutConfig(group_size=4, seed=1), env="code")
+
+            async def go() -> list[Any]:
+                return [g async for g in engine.run(TASKS * 2)]
+
+            run = asyncio.ensure_future(asyncio.wait_for(go(), 180))
+            await await_until(lambda: ex._busy[lost] >= 4, timeout=60, what="work on the node")
+            c.remove_node(worker, allow_graceful=False)
+            groups = await run
+            stats = dict(ex.stats)
+    s = engine.stats.summary()
+    assert s["requested"] == s["scored"] + s["excluded_total"] == 32, s
+    assert s["scored"] == 32, s  # the lost node's episodes ran again on the live actor
+    assert len(groups) == 8
+    assert stats["actor_deaths"] == 1 and stats["slots_retired"] == 1, stats
+    assert stats["redispatched"] >= 4, stats
