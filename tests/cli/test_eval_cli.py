@@ -153,3 +153,22 @@ def test_eval_runs_through_the_sandbox_service(tmp_path: Path) -> None:
     finally:
         service.terminate()
         service.wait(30)
+
+
+def test_rollout_tracks_its_run_in_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    store = tmp_path / "mlruns"
+    with FakeOpenAIServer() as srv:
+        cmd = [CODEGYM, "rollout", "--env", "code", "--model", srv.model, "--base-url",
+               srv.base_url, "--groups", "2", "--group-size", "2", "--out", str(tmp_path / "r"),
+               "--no-store", "--mlflow", "--mlflow-uri", str(store)]  # fmt: skip
+        env = {**os.environ, "OPENAI_API_KEY": "test", "MLFLOW_ALLOW_FILE_STORE": "true"}
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    client = MlflowClient(tracking_uri=store.as_uri())
+    (exp,) = [e for e in client.search_experiments() if e.name == "codegym"]
+    (run,) = client.search_runs([exp.experiment_id])
+    assert run.data.params["env"] == "code" and run.data.metrics["requested"] == 4
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"summary.json"}

@@ -65,9 +65,12 @@ async def test_a_lost_node_without_room_for_a_replacement_does_not_hang(
             SamplingParams(max_tokens=64),
             sandbox=SandboxSpec(tier="jail", workers=1),
             ray_options=RayOptions(
-                actors=2, slots_per_actor=8, actor_cpus=1.0, start_timeout_s=90,
+                actors=2,
+                slots_per_actor=8,
+                actor_cpus=1.0,
+                start_timeout_s=90,
                 replace_timeout_s=5.0,
-            ),  # fmt: skip
+            ),
             env_concurrency=2,
         )
         async with ex:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import typer
 import yaml
 from train_helpers import small_config
@@ -51,3 +52,26 @@ async def test_heldout_pass_rate_scores_in_the_sandbox(toy_model: Path, tmp_path
     assert r["tasks"] == 3 and len(r["per_task_passes"]) == 3
     assert sum(r["outcomes"].values()) + sum(r["excluded"].values()) == 6
     assert 0.0 <= r["pass1"] <= 1.0
+
+
+def test_train_logs_its_report_and_checkpoint_to_mlflow(
+    toy_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    run, store = tmp_path / "run", tmp_path / "mlruns"
+    cfg_file = tmp_path / "train.yaml"
+    cfg_file.write_text(yaml.safe_dump(small_config(str(run), run={"steps": 1})))
+    args = [str(cfg_file), "--model", str(toy_model), "--quiet", "--mlflow",
+            "--mlflow-uri", str(store)]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    client = MlflowClient(tracking_uri=store.as_uri())
+    (exp,) = [e for e in client.search_experiments() if e.name == "codegym"]
+    (mrun,) = client.search_runs([exp.experiment_id])
+    assert "loss" in mrun.data.metrics
+    rid = mrun.info.run_id
+    assert [a.path for a in client.list_artifacts(rid, "report")] == ["report/metrics.jsonl"]
+    ckpt = {a.path for a in client.list_artifacts(rid, "checkpoint")}
+    assert "checkpoint/config.json" in ckpt and any(p.endswith(".safetensors") for p in ckpt)

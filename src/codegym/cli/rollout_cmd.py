@@ -28,6 +28,7 @@ from codegym.cli._common import (
     MetricsPortOption,
     TraceFileOption,
     fail,
+    mlflow_run,
     open_store,
     start_telemetry,
 )
@@ -113,6 +114,10 @@ def rollout(
     ray_actors: Annotated[
         int, typer.Option(help="Ray worker actors, each with its own sandbox pool.")
     ] = 2,
+    mlflow: Annotated[bool, typer.Option(help="Track the run in MLflow.")] = False,
+    mlflow_uri: Annotated[
+        str | None, typer.Option(help="MLflow tracking URI (default ./mlruns).")
+    ] = None,
     metrics_port: MetricsPortOption = None,
     trace_file: TraceFileOption = None,
 ) -> None:
@@ -171,13 +176,22 @@ def rollout(
     except (ValueError, PolicyError, RolloutError) as e:
         fail(str(e))
     run = _Run(tier, workers, ray_opts, policy_factory, tuple(env_file or ()), images)
-    with open_store(store, no_store) as st:
+    tracked = {"env": env, "env_options": options, "model": model, "base_url": base_url,
+               "suite": suite or f"synth:{family}", "groups": groups, "group_size": group_size,
+               "temperature": temperature, "max_tokens": max_tokens, "seed": seed}  # fmt: skip
+    with open_store(store, no_store) as st, mlflow_run(mlflow, mlflow_uri, f"rollout-{env}",
+                                                       tracked) as mf:  # fmt: skip
         try:
             summary = asyncio.run(
                 _rollout(EnvSpec(env, options), policy, params, cfg, tasks, run, out, st)
             )
         except (HostUnsupported, EnvError, RolloutError) as e:
             fail(str(e))
+        if mf is not None:
+            nums = {k: float(v) for k, v in summary.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)}  # fmt: skip
+            mf.log_metrics(nums)
+            mf.log_artifact(out / "summary.json")
     typer.echo(json.dumps(summary, indent=2))
     if summary.get("aborted"):
         fail(summary["aborted"], code=3)

@@ -92,7 +92,10 @@ def train(
             asyncio.run(trainer.run())
         except RolloutAborted as e:
             fail(f"training stopped at step {trainer.step}: {e.diagnosis}", code=3)
-    final = trainer.save_final()
+        final = trainer.save_final()
+        if mf is not None:  # the run's report (its metrics, step by step) and the model
+            mf.log_artifact(Path(cfg.checkpoint.dir) / cfg.run.metrics_file, "report")
+            mf.log_artifact(final, "checkpoint")
     console.print(
         f"trained model: {final}\nmetrics: {Path(cfg.checkpoint.dir) / cfg.run.metrics_file}"
     )

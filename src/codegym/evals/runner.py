@@ -32,6 +32,7 @@ from codegym.sandbox import Limits, Sandbox
 from codegym.store import content_key
 from codegym.tasks import DEFAULT_LIMITS, HARNESS_VERSION, Score, Task, is_infra, score
 from codegym.telemetry import metrics as _metrics
+from codegym.telemetry.tracing import span
 
 Record = dict[str, Any]
 
@@ -182,8 +183,12 @@ class Runner:
             res = SampleResult(
                 task.id, idx, sample["completion"], False, "", "", task.group, fields=fields
             )
-            with self._progress.in_flight():
+            with (
+                self._progress.in_flight(),
+                span("eval.sample", suite=self._cfg.suite, task=task.id, index=idx) as sp,
+            ):
                 await self._score_into(res, task, keys[i], known.get(keys[i]))
+                sp.set_attribute("outcome", res.outcome)
             results[i] = res
 
         async with asyncio.TaskGroup() as tg:
@@ -223,7 +228,11 @@ class Runner:
         self._progress.plan(len(tasks) * params.n)
 
         async def one(ti: int) -> None:
-            with self._progress.in_flight(params.n):
+            # one span per task (its n samples share one model call), like an episode's
+            with (
+                self._progress.in_flight(params.n),
+                span("eval.task", suite=self._cfg.suite, task=tasks[ti].id, n=params.n),
+            ):
                 await sample_and_score(ti)
 
         async def sample_and_score(ti: int) -> None:
@@ -263,7 +272,8 @@ class Runner:
             prompt = [{"role": "user", "content": _chat_prompt(task)}]
         async with self._model_sem:
             try:
-                gens = await policy.generate(prompt, params)
+                with span("policy.call", policy=policy.name):
+                    gens = await policy.generate(prompt, params)
             except PolicyError as e:
                 return e
         if len(gens) != params.n:
