@@ -10,8 +10,14 @@ one actor per CPU, so the lost node's actor can go nowhere.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -31,11 +37,23 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 TASKS = generate("infer", 4, 5, 1)
 
 
+CLIENT_PORT = 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[Cluster, Any]]:
+    global CLIENT_PORT
     if ray.is_initialized():
         ray.shutdown()
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    CLIENT_PORT = _free_port()
+    head = {"num_cpus": 1, "include_dashboard": False, "ray_client_server_port": CLIENT_PORT}
+    c = Cluster(initialize_head=True, head_node_args=head)
     worker = c.add_node(num_cpus=1)
     c.wait_for_nodes()
     ray.init(address=c.address, log_to_driver=False)
@@ -44,6 +62,22 @@ def cluster() -> Iterator[tuple[Cluster, Any]]:
     finally:
         ray.shutdown()
         c.shutdown()
+
+
+def test_rollout_joins_a_cluster_by_a_ray_client_address(
+    cluster: tuple[Cluster, Any], tmp_path: Path
+) -> None:
+    """``--ray-address ray://HOST:PORT`` (the ``ray[client]`` extra) from another process."""
+    with FakeOpenAIServer() as srv:
+        cmd = [str(Path(sys.executable).parent / "codegym"), "rollout", "--env", "code",
+               "--model", srv.model, "--base-url", srv.base_url, "--groups", "2",
+               "--group-size", "2", "--out", str(tmp_path / "r"), "--no-store",
+               "--ray-address", f"ray://127.0.0.1:{CLIENT_PORT}", "--ray-actors", "1"]  # fmt: skip
+        env = {**os.environ, "OPENAI_API_KEY": "test"}
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["requested"] == summary["scored"] + summary["excluded_total"] == 4
 
 
 def _on_node(pid: int, node: Any) -> bool:
