@@ -191,3 +191,31 @@ def test_otlp_env_endpoint_is_respected(
         pass
     shutdown_tracing()
     assert [(p, n) for p, n, _ in decode(bodies)] == [("/v1/traces", "from-env")]
+
+
+async def test_eval_samples_are_traced_like_episodes(sandbox: Sandbox, tmp_path: Path) -> None:
+    """An eval's task is one trace: its model call and the sandbox runs that score its
+    samples nest under it, as an episode's stages do."""
+    from codegym.evals.runner import Runner, RunnerConfig
+    from codegym.policies import OpenAIPolicy, SamplingParams
+    from codegym.tasks import load_humaneval
+    from codegym.testing import FakeOpenAIServer
+
+    out = tmp_path / "traces.jsonl"
+    configure_tracing("file", path=out)
+    tasks = load_humaneval()[:2]
+    with FakeOpenAIServer() as srv:
+        async with OpenAIPolicy(srv.base_url, srv.model) as policy:
+            runner = Runner(sandbox, config=RunnerConfig(suite="humaneval"))
+            results = await runner.evaluate(tasks, policy, SamplingParams(n=2, max_tokens=32))
+    shutdown_tracing()
+    spans = read_spans(out)
+    roots = [s for s in spans if s["name"] == "eval.task"]
+    assert sorted(r["attributes"]["task"] for r in roots) == sorted(t.id for t in tasks)
+    for root in roots:
+        assert root["parent_span_id"] is None and root["attributes"]["suite"] == "humaneval"
+        inside = [s for s in spans if s["trace_id"] == root["trace_id"]]
+        assert [s["name"] for s in inside].count("policy.call") == 1
+        scored = [r for r in results if r.task_id == root["attributes"]["task"]]
+        runs = [s for s in inside if s["name"] == "sandbox.exec"]
+        assert len(runs) == sum(r.outcome not in ("no_code", "truncated") for r in scored)
