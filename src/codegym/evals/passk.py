@@ -44,9 +44,14 @@ def wilson_interval(successes: float, n: int, alpha: float = 0.05) -> tuple[floa
 
 
 def summarize(
-    task_ids: Sequence[str], scores: Sequence[_Scored], ks: Sequence[int] = (1, 10, 100)
+    task_ids: Sequence[str],
+    scores: Sequence[_Scored],
+    ks: Sequence[int] = (1, 10, 100),
+    *,
+    intervals: bool = True,
 ) -> dict[str, Any]:
-    """Per-task collapse, then pass@k with a CLT interval over tasks."""
+    """Per-task collapse, then pass@k with a CLT interval over tasks (``intervals=False``:
+    the estimates only, for a caller that computes its own intervals)."""
     outcomes = Counter(s.outcome for s in scores)
     per_task: dict[str, list[bool]] = defaultdict(list)
     excluded: Counter[str] = Counter()
@@ -74,12 +79,10 @@ def summarize(
         if not values or len(values) < len(per_task):
             continue
         m = sum(values) / len(values)
-        sd = math.sqrt(sum((x - m) ** 2 for x in values) / max(1, len(values) - 1))
-        se = sd / math.sqrt(len(values))
-        result["pass_at_k"][str(k)] = {
-            "estimate": m,
-            "ci_low": max(0.0, m - z * se),
-            "ci_high": min(1.0, m + z * se),
-            "tasks": len(values),
-        }
+        entry: dict[str, Any] = {"estimate": m, "tasks": len(values)}
+        if intervals:
+            sd = math.sqrt(sum((x - m) ** 2 for x in values) / max(1, len(values) - 1))
+            se = sd / math.sqrt(len(values))
+            entry |= {"ci_low": max(0.0, m - z * se), "ci_high": min(1.0, m + z * se)}
+        result["pass_at_k"][str(k)] = entry
     return result

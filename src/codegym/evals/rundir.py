@@ -28,7 +28,8 @@ def build_summary(
     ks: Sequence[int] = (1, 10, 100),
     max_infra_fraction: float = 0.05,
 ) -> dict[str, Any]:
-    summary = summarize([r.task_id for r in results], results, ks)
+    # pass@k estimates here, their intervals once, clustered (not a CLT one overwritten)
+    summary = summarize([r.task_id for r in results], results, ks, intervals=False)
     _clustered_intervals(summary, results)
     n = len(results)
     infra = sum(v for k, v in summary["excluded_by_reason"].items() if k != "flaky")
@@ -58,20 +59,22 @@ def build_summary(
 
 
 def _clustered_intervals(summary: dict[str, Any], results: Sequence[SampleResult]) -> None:
-    """Replace the plain CLT intervals with ``evals.stats.estimate``'s (clustered by each
-    task's cluster label, Wilson/exact for a single task), so ``summary.json``, ``compare``
-    and the report quote one interval for one number."""
+    """The intervals of ``evals.stats.estimate`` (clustered by each task's cluster label,
+    Wilson/exact for a single task), so ``summary.json``, ``compare`` and the report quote
+    one interval for one number."""
     from codegym.evals.runs import Run, RunError
     from codegym.evals.stats import estimate
 
     try:
         run = Run.from_rows((r.row() for r in results), name="summary")
     except RunError:
-        return  # nothing scored: summarize already reports no pass@k
-    for k, entry in summary["pass_at_k"].items():
+        summary["pass_at_k"] = {}  # nothing scored: no estimate, so no pass@k
+        return
+    for k, entry in list(summary["pass_at_k"].items()):
         try:
             est = estimate(run, int(k))
-        except RunError:
+        except RunError:  # no interval for it: not reported without its error bar
+            del summary["pass_at_k"][k]
             continue
         entry.update(estimate=est.mean, ci_low=est.ci_low, ci_high=est.ci_high, method=est.method)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal as _signal
 from typing import Any
 
+from codegym.sandbox import _harness
 from codegym.sandbox._cgroups import Stats
 from codegym.sandbox.limits import Limits
 from codegym.sandbox.result import ExecResult, TestResult, Verdict
@@ -20,8 +21,9 @@ HARNESS_EXIT = 125  # the harness could not set the program up
 # A genuine SIGXCPU lands at RLIMIT_CPU (whole seconds >= cpu_s) by the kernel's
 # tick-sampled CPU clock, which on a busy VM runs ahead of what rusage and the cgroup
 # report: genuine ones measured 0.84-0.99 of a 1 s limit here. A self-sent one at a
-# fraction of that is the program's own doing. Same value as the harness's.
-XCPU_MIN_FRACTION = 0.5
+# fraction of that is the program's own doing. One value, the harness's (the jail's side
+# judges stdio cases and assert tests with it; this side, plain runs).
+XCPU_MIN_FRACTION = _harness.XCPU_MIN_FRACTION
 FORGED_DETAIL = "forged: the program wrote to the harness's result channel"
 
 
