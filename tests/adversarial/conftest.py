@@ -15,6 +15,7 @@ import pytest_asyncio
 from adversary_kit import Clean
 
 from codegym.sandbox import HostUnsupported, Sandbox
+from jail import no_jail
 from workspace_kit import WorkspaceSandbox
 
 
@@ -30,7 +31,7 @@ async def sb(request: pytest.FixtureRequest, tiny_image) -> AsyncIterator[Sandbo
     try:
         await box.start()
     except HostUnsupported as e:
-        pytest.skip(str(e))
+        no_jail(e)
     try:
         yield box
     finally:
