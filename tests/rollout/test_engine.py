@@ -20,6 +20,7 @@ from codegym.rollout import (
 )
 from codegym.sandbox import Sandbox
 from codegym.tasks import Task
+from codegym.testing import await_until
 
 
 def _engine(sb: Sandbox, policy: Any, cfg: RolloutConfig, version: Any = None) -> RolloutEngine:
@@ -140,9 +141,11 @@ async def test_back_pressure_pauses_admission(sandbox: Sandbox, tasks: list[Task
     engine = _engine(sandbox, policy, cfg)
     it = engine.run(tasks * 5)  # 20 groups
     first = await it.__anext__()
-    await asyncio.sleep(0.5)  # the consumer stalls: at most in-flight + buffered groups ran
+    # the consumer stalls: the groups it admitted (the one taken, the buffered one, the two
+    # in flight) finish, and no more are admitted (without back-pressure all 20 would run)
+    await await_until(lambda: engine.stats.groups >= 4, timeout=60, what="4 groups done")
     assert first is not None
-    assert engine.stats.requested <= 2 * (2 + 1 + 1)
+    assert engine.stats.requested == 2 * (2 + 1 + 1)
     rest = [g async for g in it]
     assert len(rest) == 19
     _accounted(engine)

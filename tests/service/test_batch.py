@@ -12,6 +12,7 @@ from service_support import TOKEN, Serve, Service
 
 from codegym.sandbox import SandboxClosed, SandboxInputError
 from codegym.service import Batching, RemoteSandbox, ServiceConfig, create_app, running
+from codegym.testing import await_until
 
 FAST = {"cpu_s": 1, "wall_s": 3}
 
@@ -121,11 +122,13 @@ async def test_waiting_calls_leave_after_wait_s_even_while_the_pool_is_busy(
         assert (await sb.run_python("print(0)")).ok  # learn the capacity: 2 workers
         slow = [sb.run_python("import time; time.sleep(1.5); print('slow')") for _ in range(2)]
         busy = asyncio.gather(*slow)
-        await asyncio.sleep(0.2)  # one run per worker on the wire: the next calls wait
+        # one run per worker on the wire: the next calls wait
+        await await_until(lambda: sb._instances[0].in_flight == 2, timeout=30, what="2 on wire")
         quick = asyncio.gather(*(sb.run_python(f"print({i})") for i in range(3)))
-        await asyncio.sleep(0.5)
-        assert sb.batcher is not None and sb.batcher.batched_runs == 3  # sent by the timer
-        assert not busy.done()  # ... not by a lone call ending
+        assert sb.batcher is not None
+        batcher = sb.batcher
+        await await_until(lambda: batcher.batched_runs == 3, timeout=30, what="3 batched")
+        assert not busy.done()  # sent by the timer, not by a lone call ending
         assert [r.stdout for r in await quick] == ["0\n", "1\n", "2\n"]
         assert [r.stdout for r in await busy] == ["slow\n", "slow\n"]
 
@@ -156,9 +159,11 @@ async def test_closing_the_client_fails_the_calls_still_waiting(svc: Service) ->
     sb = RemoteSandbox(svc.url, token=TOKEN, batching=Batching(per_worker=1, wait_s=60))
     assert (await sb.run_python("print(0)")).ok
     lone = [asyncio.create_task(sb.run_python("import time; time.sleep(1)")) for _ in range(2)]
-    await asyncio.sleep(0.1)
+    await await_until(lambda: sb._instances[0].in_flight == 2, timeout=30, what="2 on the wire")
     waiting = asyncio.create_task(sb.run_python("print(2)"))
-    await asyncio.sleep(0.1)
+    assert sb.batcher is not None
+    batcher = sb.batcher
+    await await_until(lambda: len(batcher._waiting) == 1, timeout=30, what="a call waiting")
     await sb.close()
     with pytest.raises(SandboxClosed):
         await waiting

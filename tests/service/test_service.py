@@ -21,6 +21,7 @@ from codegym.sandbox import (
     Verdict,
 )
 from codegym.service import RemoteSandbox, ServiceConfig
+from codegym.testing import await_until
 
 FAST = {"cpu_s": 1, "wall_s": 3}
 
@@ -251,7 +252,11 @@ async def test_full_queue_answers_429_with_retry_after(serve: Serve) -> None:
     async with serve(workers=1, queue=1) as svc:
         slow = {"code": "import time; time.sleep(1)", "limits": {"cpu_s": 1, "wall_s": 3}}
         running = [asyncio.create_task(svc.http.post("/v1/run", json=slow)) for _ in range(2)]
-        await asyncio.sleep(0.3)  # one runs, one waits: the queue is full
+
+        async def queue_full() -> bool:  # one runs, one waits
+            return "codegym_service_queue_depth 1.0" in (await svc.http.get("/metrics")).text
+
+        await await_until(queue_full, timeout=30, what="one run waiting in the queue")
         r = await svc.http.post("/v1/run", json={"code": "print(1)"})
         assert r.status_code == 429, r.text
         assert int(r.headers["retry-after"]) >= 1

@@ -146,6 +146,9 @@ class _State:
         self.sandbox = sandbox
         queue = config.queue if config.queue is not None else 4 * sandbox.size
         self.admission = Admission(sandbox.size, queue)
+        # read at scrape time: a run waiting to be admitted is counted while it waits
+        admission = self.admission
+        m.QUEUED.set_function(lambda: admission.waiting)
         self.idempotency = IdempotencyStore(ttl_s=config.idempotency_ttl_s)
         self.sessions = SessionManager(
             lambda disk_mb: Session(config.tier, disk_mb=disk_mb),
@@ -305,7 +308,6 @@ def create_app(
 
         async def admitted() -> Reply:
             async with state.admission.admit():
-                m.QUEUED.set(state.admission.waiting)
                 try:
                     result = await work()
                 except SandboxInputError as e:
@@ -338,8 +340,6 @@ def create_app(
             return Answer(429, _detail(str(e)), e.retry_after_s)
         except KeyReused as e:
             return Answer(400, _detail(str(e)))
-        finally:
-            m.QUEUED.set(state.admission.waiting)
         return Answer(status, body, 1 if status == 503 else None)
 
     async def once(
