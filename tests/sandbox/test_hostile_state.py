@@ -38,6 +38,7 @@ from codegym.sandbox import (
     Verdict,
 )
 from codegym.sandbox.limits import MAX_CODE_BYTES, MAX_INPUT_BYTES
+from codegym.testing import await_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -367,7 +368,7 @@ async def test_buffered_output_into_a_closed_stdout(sb: Sandbox) -> None:
 async def test_hung_program_does_not_block_the_pool(sb: Sandbox) -> None:
     snap = _snapshot(sb)
     hung = asyncio.create_task(sb.run_python("import time\ntime.sleep(10**6)\n", limits=SHORT))
-    await asyncio.sleep(0.1)
+    await await_until(lambda: sb.pool_usage()[0] == 1, timeout=30, what="the hung run on a worker")
     r = await sb.run_python("print(1)", limits=LIMITS)
     assert (r.verdict, r.stdout) == (Verdict.OK, "1\n")
     assert not hung.done(), "the other worker served only after the hung run ended"
