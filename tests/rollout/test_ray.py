@@ -29,6 +29,7 @@ from codegym.rollout.ray_executor import RayExecutor, RayOptions, SandboxSpec
 from codegym.sandbox import Sandbox
 from codegym.tasks import Task
 from codegym.tasks.synthetic import generate
+from codegym.testing import await_until
 from codegym.testing.fake_openai import FakeOpenAIServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -178,8 +179,9 @@ async def test_killed_actor_episodes_are_redispatched_once(
     async with _ray(server) as ex:
         engine = RolloutEngine(ex, cfg, env="code")
         run = asyncio.create_task(_run(engine, TASKS * 2))
-        while ex._busy[0] < 4 or server.in_flight < 8:  # model calls in flight on actor 0
-            await asyncio.sleep(0.02)
+        await await_until(  # model calls in flight on actor 0
+            lambda: ex._busy[0] >= 4 and server.in_flight >= 8, timeout=60, what="work on 0"
+        )
         victim = ex.actors[0]
         ray.kill(victim)
         trajs = await run
@@ -203,8 +205,7 @@ async def test_no_actor_left_excludes_as_infra(local_ray: None, server: FakeOpen
     async with _ray(server, actors=1, max_actor_restarts=0) as ex:
         engine = RolloutEngine(ex, cfg, env="code")
         run = asyncio.create_task(_run(engine, TASKS[:2]))
-        while ex._busy[0] < 8:
-            await asyncio.sleep(0.02)
+        await await_until(lambda: ex._busy[0] >= 8, timeout=60, what="8 episodes on actor 0")
         ray.kill(ex.actors[0])
         trajs = await run
     s = _accounted(engine)
@@ -221,8 +222,12 @@ async def test_straggler_cancel_reaches_the_actor(
         engine = RolloutEngine(ex, cfg, env="code")
         trajs = await _run(engine, TASKS[:1])
         assert ex._busy == [0, 0]
-        await asyncio.sleep(0.5)  # the cancel is asynchronous on the actor's side
-        reports = await ex.report()
+
+        async def idle() -> dict[int, str] | None:  # the cancel lands on the actor later
+            got = await ex.report()
+            return got if all(" 0 in flight" in r for r in got.values()) else None
+
+        reports = await await_until(idle, timeout=30, what="the actors to drop the episode")
     s = _accounted(engine)
     assert len(trajs) == 3 and s["excluded"] == {"straggler": 1}
     # the hung episode no longer runs on its actor: ray.cancel closed it there

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import codegym.telemetry as telemetry_pkg
 from codegym.sandbox import AssertTest, Limits, Sandbox, Session, Verdict
 from codegym.telemetry import metrics as m
+from codegym.testing import await_until
 
 
 def value(name: str, **labels: str) -> float:
@@ -71,10 +72,7 @@ async def test_pool_gauges_follow_busy_workers(sandbox: Sandbox) -> None:
     idle0 = value("codegym_sandbox_workers_idle", tier="jail")
     assert sandbox.pool_usage() == (0, 2) and idle0 >= 2
     task = asyncio.create_task(sandbox.run_python("import time; time.sleep(0.6)"))
-    for _ in range(100):  # until the worker has been taken
-        if sandbox.pool_usage()[0] == 1:
-            break
-        await asyncio.sleep(0.01)
+    await await_until(lambda: sandbox.pool_usage()[0] == 1, timeout=30, what="a busy worker")
     assert value("codegym_sandbox_workers_busy", tier="jail") == busy0 + 1
     assert value("codegym_sandbox_workers_idle", tier="jail") == idle0 - 1
     assert (await task).ok
@@ -91,11 +89,16 @@ async def test_waiting_callers_and_queue_wait_are_recorded() -> None:
     async with Sandbox(workers=1) as sb:
         wait_sum = value("codegym_sandbox_queue_wait_seconds_sum", tier="jail")
         first = asyncio.create_task(sb.run_python("import time; time.sleep(0.5)"))
-        await asyncio.sleep(0.05)
+        await await_until(lambda: sb.pool_usage()[0] == 1, timeout=30, what="a busy worker")
+        waiting0 = value("codegym_sandbox_waiting", tier="jail")
         second = asyncio.create_task(sb.run_python("print(2)"))
-        await asyncio.sleep(0.05)
+        # the second call waits for the first
+        await await_until(
+            lambda: value("codegym_sandbox_waiting", tier="jail") == waiting0 + 1,
+            timeout=30,
+            what="the second call waiting",
+        )
         waiting = value("codegym_sandbox_waiting", tier="jail")
-        assert waiting >= 1  # the second call waits for the first
         assert (await first).ok and (await second).stdout == "2\n"
         assert value("codegym_sandbox_waiting", tier="jail") == waiting - 1
         # the second call waited for most of the first one's sleep
