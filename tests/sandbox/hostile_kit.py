@@ -41,6 +41,7 @@ from codegym.sandbox import (
 )
 from codegym.sandbox.images.layers import layer_owner
 from codegym.sandbox.tier import sandbox_uid, sandbox_uids
+from codegym.testing import await_until
 from workspace_kit import WorkspaceSandbox
 
 MEMORY_MB = 128
@@ -226,11 +227,16 @@ async def _aftermath(
 ) -> None:
     """Host untouched, pool serving on every worker, and the next run clean."""
     stray: set[tuple[int, bytes]] = set()
-    for _ in range(10):  # the run is over; give the kernel a moment to finish reaping
+
+    def reaped() -> bool:  # the run is over; a busy kernel may take a moment to reap
+        nonlocal stray
         stray = _stray_processes() - snap.stray
-        if not stray:
-            break
-        await asyncio.sleep(0.05)
+        return not stray
+
+    try:
+        await await_until(reaped, timeout=15, what="the run's processes to be reaped")
+    except TimeoutError:
+        pass
     assert not stray, f"sandbox-uid processes outlived the run: {stray}"
     if marker is not None:
         assert not _processes_with(marker), "a process the program started still runs"
