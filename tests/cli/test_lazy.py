@@ -50,3 +50,40 @@ def test_a_command_runs_and_a_typo_is_named() -> None:
         [sys.executable, "-m", "codegym.cli", "scroe"], capture_output=True, text=True, timeout=60
     )
     assert typo.returncode == 2 and "Did you mean 'score'" in typo.stderr
+
+
+def _raises_a_codegym_error() -> None:
+    """A command whose library call fails on the user's input."""
+    from codegym.evals.runs import RunError
+
+    raise RunError("runs/x: not a run folder; pass a folder with results.jsonl")
+
+
+def _raises_an_aborted_rollout() -> None:
+    """A command whose run fails on the way."""
+    from codegym.rollout import RolloutAborted
+
+    raise RolloutAborted("the policy server kept failing")
+
+
+@pytest.mark.parametrize(
+    ("target", "code", "text"),
+    [("_raises_a_codegym_error", 2, "not a run folder"),
+     ("_raises_an_aborted_rollout", 3, "kept failing")],
+)  # fmt: skip
+def test_a_codegym_error_ends_the_command_with_its_message_and_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], target: str,
+    code: int, text: str,
+) -> None:  # fmt: skip
+    import importlib
+
+    cli = importlib.import_module(
+        "codegym.cli.app"
+    )  # the module (the package's `app` is the Typer)
+    monkeypatch.setitem(cli.COMMANDS, "boom", (__name__, target, "Fail."))
+    monkeypatch.setattr(sys, "argv", ["codegym", "boom"])
+    with pytest.raises(SystemExit) as done:
+        cli.main()
+    assert done.value.code == code
+    err = capsys.readouterr().err
+    assert text in err and "Traceback" not in err

@@ -149,4 +149,15 @@ def _root() -> None:
 
 
 def main() -> None:
-    app()
+    """The ``codegym`` command. A codegym error that no command turned into a message
+    (``cli._common.fail``) ends it here: its message (which names the input and the fix)
+    and its ``exit_code`` (2: the input, 3: the run failed on the way), no traceback."""
+    from codegym.errors import CodegymError
+
+    try:
+        app(standalone_mode=True)
+    except CodegymError as e:
+        from codegym.cli._common import console
+
+        console.print(f"[bold red]error:[/] {e}", highlight=False)
+        raise SystemExit(e.exit_code) from None

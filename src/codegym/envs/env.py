@@ -38,6 +38,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from codegym.errors import CodegymError
 from codegym.policies.policy import Message
 from codegym.sandbox import Limits, Sandbox, Session
 from codegym.store.keys import content_key
@@ -57,11 +58,11 @@ __all__ = [
 ]
 
 
-class EnvError(ValueError):
+class EnvError(CodegymError, ValueError):
     """A user's mistake with an environment (unknown name, bad option); message says the fix."""
 
 
-class EnvInfraError(Exception):
+class EnvInfraError(CodegymError):
     """The infrastructure failed inside a step; the engine retries, then excludes."""
 
     def __init__(self, outcome: str, detail: str) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from codegym.errors import CodegymError
 from codegym.evals.passk import pass_at_k
 from codegym.tasks.outcomes import ALL_OUTCOMES, INFRA_OUTCOMES
 
@@ -41,7 +42,7 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
-class RunError(ValueError):
+class RunError(CodegymError, ValueError):
     """A run could not be loaded or used: the message names the input and the fix."""
 
 

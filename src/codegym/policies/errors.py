@@ -21,15 +21,19 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+from codegym.errors import CodegymError
+
 PolicyErrorKind = Literal["http_status", "timeout", "connection", "bad_response", "config"]
 POLICY_ERROR_KINDS: frozenset[str] = frozenset(get_args(PolicyErrorKind))
 
 
-class PolicyError(Exception):
+class PolicyError(CodegymError):
     """A policy could not produce the generations asked for.
 
     The message names the server (or file) and says what to do about it.
     """
+
+    exit_code = 3  # the run failed on the way, not the input
 
     def __init__(
         self,

@@ -6,15 +6,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 from codegym.envs.trajectory import Trajectory
+from codegym.errors import CodegymError
 from codegym.tasks import Task
 
 
-class RolloutError(Exception):
+class RolloutError(CodegymError):
     """A rollout could not run (bad configuration); the message says the fix."""
 
 
-class RolloutAborted(RuntimeError):
+class RolloutAborted(CodegymError, RuntimeError):
     """The circuit breaker stopped the run; ``diagnosis`` says what kept failing."""
+
+    exit_code = 3  # the run failed on the way, not the input
 
     def __init__(self, diagnosis: str) -> None:
         super().__init__(diagnosis)

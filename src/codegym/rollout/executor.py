@@ -22,6 +22,7 @@ from typing import Any, Protocol, cast
 from codegym.envs.env import Env, EnvInfraError, Message, Resources, Turn, make_env
 from codegym.envs.tokens import TextTokenPolicy, Tokenizer, TokenPolicy
 from codegym.envs.trajectory import ModelTurn, Trajectory, task_to_record
+from codegym.errors import CodegymError
 from codegym.policies.errors import PolicyError
 from codegym.policies.policy import Generation, Policy, SamplingParams
 from codegym.rollout.tracker import Tracker
@@ -29,7 +30,7 @@ from codegym.tasks import Task, is_infra
 from codegym.telemetry.tracing import span
 
 
-class EpisodeFailure(Exception):
+class EpisodeFailure(CodegymError):
     """An attempt failed for a reason that is not the model's (retried, then excluded)."""
 
     def __init__(self, reason: str, detail: str) -> None:

@@ -22,8 +22,10 @@ decides, never the message's text.
 
 from __future__ import annotations
 
+from codegym.errors import CodegymError
 
-class SandboxError(Exception):
+
+class SandboxError(CodegymError):
     """Base of every error the sandbox raises."""
 
 
@@ -41,6 +43,8 @@ class FileTooLarge(WorkspaceError):
 
 class SandboxInfraError(SandboxError):
     """The sandbox itself failed a session file operation: not the caller's fault."""
+
+    exit_code = 3  # the run failed on the way, not the input
 
 
 class HostUnsupported(SandboxError):

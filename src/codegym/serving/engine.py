@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from codegym.errors import CodegymError
 from codegym.policies.errors import PolicyError
 from codegym.policies.policy import SamplingParams
 from codegym.policies.transformers_policy import Sample, TransformersPolicy
@@ -47,7 +48,7 @@ from codegym.serving.tools import OPEN, parse_calls, with_tools
 _UNSUPPORTED = ("logit_bias", "functions", "function_call", "suffix", "guided_json")
 
 
-class RequestError(ValueError):
+class RequestError(CodegymError, ValueError):
     """A request the server cannot honour as asked (HTTP 400)."""
 
     def __init__(

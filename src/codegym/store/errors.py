@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from codegym.errors import CodegymError
 
-class StoreError(Exception):
+
+class StoreError(CodegymError):
     """Base of every error the store raises."""
 
 

@@ -33,6 +33,7 @@ import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
+from codegym.errors import CodegymError
 from codegym.tasks.task import IOCase, Task
 
 Format = Literal["humaneval", "mbpp", "apps", "codecontests"]
@@ -42,7 +43,7 @@ FORMATS: Final[tuple[Format, ...]] = ("humaneval", "mbpp", "apps", "codecontests
 _CC_PYTHON3: Final = {3, "3", "PYTHON3", "python3", "Python3", "PYTHON_3"}
 
 
-class RecordError(ValueError):
+class RecordError(CodegymError, ValueError):
     """One record cannot become a task; the message names the field and the fix."""
 
 

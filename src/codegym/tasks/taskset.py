@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import overload
 
+from codegym.errors import CodegymError
 from codegym.tasks.task import Task
 
 
-class DatasetError(Exception):
+class DatasetError(CodegymError):
     """A dataset is missing, altered or malformed; the message names the input and the fix."""
 
 

@@ -54,6 +54,8 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_se
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from codegym.errors import CodegymError
+
 STAGES: Final = ("queue", "model", "tool", "sandbox", "reward")
 """Stages of an episode, in the order they happen; the ``stage`` label takes only these."""
 
@@ -463,7 +465,7 @@ def record_trainer_step(
     TRAINER_LOSS.set(loss)
 
 
-class MetricsServerError(OSError):
+class MetricsServerError(CodegymError, OSError):
     """The metrics endpoint could not be opened (port taken, bad address)."""
 
 

@@ -41,6 +41,8 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
+from codegym.errors import CodegymError
+
 Exporter = Literal["file", "console", "otlp", "none"]
 EXPORTERS: Final = ("file", "console", "otlp", "none")
 DEFAULT_TRACE_FILE: Final = "codegym-traces.jsonl"
@@ -51,7 +53,7 @@ _provider: TracerProvider | None = None
 _tracer: trace.Tracer | None = None
 
 
-class TracingConfigError(ValueError):
+class TracingConfigError(CodegymError, ValueError):
     """``configure_tracing`` was given an unknown exporter or an unusable path."""
 
 

@@ -31,6 +31,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Final, Literal, TypeVar
 from urllib.parse import urlparse
 
+from codegym.errors import CodegymError
+
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
@@ -44,7 +46,7 @@ RunStatus = Literal["FINISHED", "FAILED", "KILLED"]
 _T = TypeVar("_T")
 
 
-class TrackingError(RuntimeError):
+class TrackingError(CodegymError, RuntimeError):
     """The tracking store is unavailable, or a log call failed."""
 
 

@@ -23,12 +23,14 @@ from typing import Any
 import torch
 from safetensors.torch import load_model, save_model
 
+from codegym.errors import CodegymError
+
 __all__ = ["CheckpointError", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
 
 _DONE = "COMPLETE"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(CodegymError, RuntimeError):
     """A checkpoint cannot be used (different config, unreadable); the message says why."""
 
 

@@ -22,10 +22,11 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from codegym.errors import CodegymError
 from codegym.sandbox import Limits
 
 
-class ConfigError(ValueError):
+class ConfigError(CodegymError, ValueError):
     """The config file is missing, unreadable or invalid; the message names the field."""
 
 

@@ -19,10 +19,12 @@ import httpx
 import torch
 from safetensors.torch import save_file
 
+from codegym.errors import CodegymError
+
 __all__ = ["HttpWeightsHook", "WeightsPushError"]
 
 
-class WeightsPushError(RuntimeError):
+class WeightsPushError(CodegymError, RuntimeError):
     """The model server did not take the new weights; the message says why."""
 
 

@@ -28,8 +28,10 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from codegym.errors import CodegymError
 
-class PricesError(ValueError):
+
+class PricesError(CodegymError, ValueError):
     """The prices file cannot be used: the message names the file and the fix."""
 
 
