@@ -174,6 +174,9 @@ async def test_freeze_then_fork_copies_a_prepared_state(sb: Sandbox, image: Imag
         frozen = await ws.freeze()
     assert frozen.parent == image.digest and frozen.layers[:-1] == image.layers
     copies = await sb.fork(frozen, 8)
+    # opened at once, spread over the pool's workers (they once all landed on one)
+    per_worker = sorted(sum(c.worker is w for c in copies) for w in sb._workers)
+    assert per_worker == [8 // len(sb._workers)] * len(sb._workers), per_worker
     try:
         runs = await asyncio.gather(
             *(c.run_python(f"import calc; print(calc.add(3, {i}))") for i, c in enumerate(copies))

@@ -52,6 +52,7 @@ class Worker:
         self.busy = asyncio.Lock()  # one request at a time (a kept workspace's runs wait here)
         self.generation = 0  # bumped at each start: kept workspaces die with their zygote
         self.kept: dict[str, int] = {}  # the kept workspaces this zygote holds: id -> MB
+        self.opening = 0  # kept workspaces being opened here (not in ``kept`` yet)
 
     @property
     def alive(self) -> bool:

@@ -375,10 +375,15 @@ class Sandbox:
         img = self._image(image)
         if self._closed or not self._started:
             raise SandboxClosed("the Sandbox is closed or not started")
-        # the worker holding the fewest workspaces; ties to the least used
-        worker = min(self._workers, key=lambda w: (len(w.kept), w.runs))
+        # the worker holding the fewest workspaces, those being opened counted (many opened
+        # at once would otherwise all see empty workers and land on one); ties: least used
+        worker = min(self._workers, key=lambda w: (len(w.kept) + w.opening, w.runs))
         ws = Workspace(self, worker, f"ws{next(self._ws_ids)}", img, disk_mb)
-        await ws._open()
+        worker.opening += 1
+        try:
+            await ws._open()
+        finally:
+            worker.opening -= 1
         return ws
 
     async def fork(self, image: str | Image, n: int, *, disk_mb: int = 256) -> list[Workspace]:
