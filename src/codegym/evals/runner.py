@@ -28,7 +28,8 @@ from typing import Any, Literal, Protocol
 
 from codegym.policies import Generation, Policy, PolicyError, SamplingParams
 from codegym.policies.extract import extract_code
-from codegym.sandbox import Limits, Sandbox
+from codegym.sandbox import Limits
+from codegym.sandbox.api import SandboxAPI
 from codegym.store import content_key
 from codegym.tasks import DEFAULT_LIMITS, HARNESS_VERSION, Score, Task, is_infra, score
 from codegym.telemetry import metrics as _metrics
@@ -44,12 +45,6 @@ class ResultCache(Protocol):
     def put_generations(self, items: Sequence[tuple[str, Record]]) -> None: ...
     def get_scores(self, keys: Sequence[str]) -> Mapping[str, Record]: ...
     def put_scores(self, items: Sequence[tuple[str, Record]]) -> None: ...
-
-
-class Scorer(Protocol):
-    """Anything with the sandbox's batch call: ``Sandbox`` or the service's client."""
-
-    async def run_tests(self, code: Any, tests: Any, **kw: Any) -> Any: ...
 
 
 @dataclass
@@ -139,7 +134,7 @@ class Runner:
 
     def __init__(
         self,
-        sandbox: Sandbox | Scorer,
+        sandbox: SandboxAPI,
         *,
         cache: ResultCache | None = None,
         limits: Limits | None = None,
@@ -369,7 +364,7 @@ class Runner:
         result: Score | None = None
         for _ in range(1 + self._cfg.infra_retries):
             async with self._sandbox_sem:
-                result = await score(self._sb, task, completion, self._limits)  # type: ignore[arg-type]
+                result = await score(self._sb, task, completion, self._limits)
             if not result.is_infra:
                 return result
         assert result is not None

@@ -10,6 +10,7 @@ namespaces). Each tier's module docstring states its threat model.
         r.verdict, r.stdout
 """
 
+from codegym.sandbox.api import SandboxAPI
 from codegym.sandbox.errors import (
     FileTooLarge,
     HostUnsupported,
@@ -31,6 +32,7 @@ __all__ = [
     "IOTest",
     "Limits",
     "Sandbox",
+    "SandboxAPI",
     "SandboxClosed",
     "SandboxError",
     "SandboxInfraError",

@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import aiohttp
@@ -651,3 +651,10 @@ def _retry_after(resp: _Reply) -> float | None:
 
 def _infra(reason: str) -> ExecResult:
     return ExecResult.infra(reason)
+
+
+if TYPE_CHECKING:
+    from codegym.sandbox.api import SandboxAPI
+
+    def _conforms(remote: RemoteSandbox) -> SandboxAPI:
+        return remote  # mypy: RemoteSandbox is a SandboxAPI, as Sandbox is

@@ -28,7 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from codegym.sandbox import Limits, Sandbox
+from codegym.sandbox import Limits
+from codegym.sandbox.api import SandboxAPI
 from codegym.tasks.scoring import DEFAULT_LIMITS, Score, score
 from codegym.tasks.task import Task
 from codegym.tasks.taskset import TaskSet
@@ -93,7 +94,7 @@ class _Tally:
 
 
 async def verify(
-    sandbox: Sandbox,
+    sandbox: SandboxAPI,
     tasks: Iterable[Task],
     *,
     repeats: int = 3,

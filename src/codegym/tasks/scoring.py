@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codegym.sandbox import ExecResult, Limits, Sandbox, Verdict
+from codegym.sandbox import ExecResult, Limits, Verdict
+from codegym.sandbox.api import SandboxAPI
 from codegym.sandbox.limits import MAX_CODE_BYTES
 from codegym.tasks.outcomes import is_infra
 from codegym.tasks.task import Task
@@ -58,7 +59,7 @@ def outcome_of(result: ExecResult) -> Score:
 
 
 async def score(
-    sandbox: Sandbox, task: Task, completion: str, limits: Limits | None = None
+    sandbox: SandboxAPI, task: Task, completion: str, limits: Limits | None = None
 ) -> Score:
     """Run the task's tests against ``completion``.
 
