@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from codegym.store import Generation, Score, Store, content_key
+from codegym.store import GenerationRecord, ScoreRecord, Store, content_key
 
 COLD = """
 import sys, time
@@ -41,18 +41,18 @@ print(f"{t1 - t0:.4f} {t2 - t1:.4f} {t3 - t2:.4f}")
 """
 
 
-def scores(n: int, offset: int = 0) -> list[Score]:
+def scores(n: int, offset: int = 0) -> list[ScoreRecord]:
     return [
-        Score(content_key("score", i=i), i % 3 == 0, "pass" if i % 3 == 0 else "fail",
+        ScoreRecord(content_key("score", i=i), i % 3 == 0, "pass" if i % 3 == 0 else "fail",
               "AssertionError: " + "x" * 84, cpu_s=0.012, wall_s=0.02)
         for i in range(offset, offset + n)
     ]  # fmt: skip
 
 
-def generations(n: int) -> list[Generation]:
+def generations(n: int) -> list[GenerationRecord]:
     ids, lps = list(range(200)), [-0.25] * 200
     return [
-        Generation(content_key("generation", i=i), "    return sorted(xs)\n" * 8, "stop",
+        GenerationRecord(content_key("generation", i=i), "    return sorted(xs)\n" * 8, "stop",
                    token_ids=ids, logprobs=lps, tokens_in=150, tokens_out=200, model_s=0.4)
         for i in range(n)
     ]  # fmt: skip
@@ -94,7 +94,7 @@ def bench(n: int, reps: int, tmp: Path) -> None:
         cold(path, n, reps)
 
 
-def baselines(path: Path, sc: list[Score], keys: list[str], get_s: float, reps: int) -> None:
+def baselines(path: Path, sc: list[ScoreRecord], keys: list[str], get_s: float, reps: int) -> None:
     import duckdb
 
     con = duckdb.connect(str(path))

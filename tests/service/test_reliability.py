@@ -12,7 +12,7 @@ import pytest
 from service_support import AUTH, TOKEN, service_process
 
 from codegym.sandbox import Limits, Verdict
-from codegym.service import RemoteSandbox, Retry
+from codegym.service import RemoteSandbox, ServiceRetry
 
 
 def _rss_mb(pid: int) -> float:
@@ -44,7 +44,7 @@ async def test_failover_when_one_of_two_instances_dies_mid_eval() -> None:
     the other and every sample gets exactly one, correct, result."""
     n = 200
     with service_process("--workers", "1") as a, service_process("--workers", "1") as b:
-        retry = Retry(attempts=10, backoff_s=0.05, max_backoff_s=1.0, slack_s=10)
+        retry = ServiceRetry(attempts=10, backoff_s=0.05, max_backoff_s=1.0, slack_s=10)
         async with RemoteSandbox([a.url, b.url], token=TOKEN, retry=retry) as sb:
             done = 0
             gate = asyncio.Semaphore(8)

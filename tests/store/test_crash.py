@@ -17,15 +17,15 @@ from codegym.store import Store
 
 WRITER = """
 import sys
-from codegym.store import RunItem, Score, Store, content_key
+from codegym.store import RunItem, ScoreRecord, Store, content_key
 
 path, batches, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 with Store(path) as s:
     s.begin_run("crash", "score", {"size": size})
     for b in range(batches):
         scores = [
-            Score(content_key("score", b=b, j=j), j % 3 == 0, "pass" if j % 3 == 0 else "fail",
-                  "detail " * 30, cpu_s=0.01, wall_s=0.02)
+            ScoreRecord(content_key("score", b=b, j=j), j % 3 == 0,
+                        "pass" if j % 3 == 0 else "fail", "detail " * 30, cpu_s=0.01, wall_s=0.02)
             for j in range(size)
         ]
         items = [RunItem(b * size + j, f"T/{j}", b, score_key=sc.key)

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from codegym.store import (
-    Generation,
+    GenerationRecord,
     RunItem,
-    Score,
+    ScoreRecord,
     Store,
     StoreError,
     StoreInputError,
@@ -25,10 +25,10 @@ from codegym.store import (
 def store(tmp_path: Path) -> Store:
     """A finished run of 3 items: scored with a generation, scored from a sample, unscored."""
     with Store(tmp_path / "s.duckdb") as s:
-        g = Generation(content_key("generation", i=0), "return 1", "stop", token_ids=[7, 8],
+        g = GenerationRecord(content_key("generation", i=0), "return 1", "stop", token_ids=[7, 8],
                        logprobs=[-0.5, -0.25], tokens_in=10, tokens_out=2, model_s=0.3)  # fmt: skip
-        sc = [Score(content_key("score", i=i), i == 0, "pass" if i == 0 else "fail", "boom" * i,
-                    cpu_s=0.01, wall_s=0.02) for i in range(2)]  # fmt: skip
+        sc = [ScoreRecord(content_key("score", i=i), i == 0, "pass" if i == 0 else "fail",
+                          "boom" * i, cpu_s=0.01, wall_s=0.02) for i in range(2)]  # fmt: skip
         s.put_generations([g])
         s.put_scores(sc)
         s.begin_run("run-1", "eval", {"suite": "humaneval", "n": 2})

@@ -14,16 +14,16 @@ import pytest
 import codegym.store
 from codegym.store import (
     DictCache,
-    Generation,
+    GenerationRecord,
     RunItem,
-    Score,
+    ScoreRecord,
     Store,
     StoreClosed,
     StoreCorrupt,
     StoreError,
     StoreInputError,
     StoreLocked,
-    Trajectory,
+    TrajectoryRecord,
     content_key,
     default_store_path,
 )
@@ -41,14 +41,14 @@ def store(tmp_path: Path) -> Store:
 
 def test_public_surface_is_pinned() -> None:
     assert sorted(codegym.store.__all__) == sorted(
-        ["DictCache", "Generation", "RunInfo", "RunItem", "RunRow", "RunStatus", "Score",
-         "Store", "StoreClosed", "StoreCorrupt", "StoreError", "StoreInputError",
-         "StoreLocked", "Trajectory", "canonical", "content_key", "default_store_path"]
+        ["DictCache", "GenerationRecord", "RunInfo", "RunItem", "RunRow", "RunStatus",
+         "ScoreRecord", "Store", "StoreClosed", "StoreCorrupt", "StoreError", "StoreInputError",
+         "StoreLocked", "TrajectoryRecord", "canonical", "content_key", "default_store_path"]
     )  # fmt: skip
 
 
 def test_generations_round_trip_token_exact(tmp_path: Path) -> None:
-    g = Generation(
+    g = GenerationRecord(
         key(1, "generation"), "def f(): ...", "length", token_ids=[5, 2**40, 0],
         logprobs=[-0.125, -math.inf, 0], tokens_in=12, tokens_out=3, model_s=0.25,
     )  # fmt: skip
@@ -61,9 +61,9 @@ def test_generations_round_trip_token_exact(tmp_path: Path) -> None:
 
 
 def test_put_is_write_once_and_counts_new_keys(store: Store) -> None:
-    first = [Score(key(i), i % 2 == 0, "pass" if i % 2 == 0 else "fail") for i in range(10)]
+    first = [ScoreRecord(key(i), i % 2 == 0, "pass" if i % 2 == 0 else "fail") for i in range(10)]
     assert store.put_scores(first) == 10
-    again = [Score(key(i), False, "timeout", "later") for i in range(15)]
+    again = [ScoreRecord(key(i), False, "timeout", "later") for i in range(15)]
     assert store.put_scores(again) == 5  # only the 5 unseen keys
     got = store.get_scores(key(i) for i in range(15))
     assert len(got) == 15 and store.counts()["scores"] == 15
@@ -71,7 +71,7 @@ def test_put_is_write_once_and_counts_new_keys(store: Store) -> None:
 
 
 def test_duplicates_inside_one_batch_keep_the_first(store: Store) -> None:
-    batch = [Score(key(1), True, "pass"), Score(key(1), False, "fail")]
+    batch = [ScoreRecord(key(1), True, "pass"), ScoreRecord(key(1), False, "fail")]
     assert store.put_scores(batch) == 1
     assert store.get_scores([key(1)])[key(1)].outcome == "pass"
 
@@ -84,7 +84,8 @@ def test_empty_calls_are_no_ops(store: Store) -> None:
 
 def test_trajectories_round_trip_and_query(store: Store) -> None:
     ts = [
-        Trajectory(key(i, "trajectory"), {"turns": [{"role": "user", "text": "hi"}], "lp": [-1.5]},
+        TrajectoryRecord(key(i, "trajectory"),
+                         {"turns": [{"role": "user", "text": "hi"}], "lp": [-1.5]},
                    run_id="r1" if i < 3 else "r2", task_id=f"T/{i % 2}", reward=i / 2,
                    outcome="pass", created=float(i))
         for i in range(5)
@@ -98,12 +99,12 @@ def test_trajectories_round_trip_and_query(store: Store) -> None:
 
 def test_transaction_is_atomic(store: Store) -> None:
     with pytest.raises(RuntimeError), store.transaction():
-        store.put_scores([Score(key(1), True, "pass")])
-        store.put_generations([Generation(key(1, "generation"), "x")])
+        store.put_scores([ScoreRecord(key(1), True, "pass")])
+        store.put_generations([GenerationRecord(key(1, "generation"), "x")])
         raise RuntimeError("boom")
     assert store.counts()["scores"] == 0 and store.counts()["generations"] == 0
     with store.transaction():
-        store.put_scores([Score(key(1), True, "pass")])
+        store.put_scores([ScoreRecord(key(1), True, "pass")])
     assert store.counts()["scores"] == 1
 
 
@@ -127,14 +128,14 @@ def test_runs_begin_resume_and_conflict(store: Store) -> None:
 def test_run_items_fill_in_and_join_in_order(store: Store) -> None:
     store.begin_run("r", "eval", {})
     gk, sk = key(1, "generation"), key(1)
-    store.put_generations([Generation(gk, "return 1", "stop", tokens_out=3)])
+    store.put_generations([GenerationRecord(gk, "return 1", "stop", tokens_out=3)])
     store.add_run_items("r", [RunItem(1, "T/1", 0, generation_key=gk), RunItem(0, "T/0")])
     rows = store.run_items("r")
     assert [r.item.ordinal for r in rows] == [0, 1]
     assert rows[0].generation is None and rows[1].generation.text == "return 1"  # type: ignore[union-attr]
     assert rows[1].score is None and rows[1].to_result()["passed"] is None
     # Scored later: the score key fills in, the generation key is kept.
-    store.put_scores([Score(sk, True, "pass", cpu_s=0.01, wall_s=0.02)])
+    store.put_scores([ScoreRecord(sk, True, "pass", cpu_s=0.01, wall_s=0.02)])
     store.add_run_items("r", [RunItem(1, "T/1", 0, score_key=sk)])
     row = store.run_items("r")[1]
     assert row.item.generation_key == gk and row.score.passed  # type: ignore[union-attr]
@@ -163,7 +164,7 @@ def test_dict_cache_speaks_plain_dicts(store: Store) -> None:
 def test_concurrent_threads_share_one_store(store: Store) -> None:
     def work(t: int) -> None:
         for b in range(5):
-            batch = [Score(key(t * 1000 + b * 10 + j), True, "pass") for j in range(10)]
+            batch = [ScoreRecord(key(t * 1000 + b * 10 + j), True, "pass") for j in range(10)]
             store.put_scores(batch)
             assert len(store.get_scores(s.key for s in batch)) == 10
 
@@ -214,13 +215,13 @@ def test_a_second_writer_process_gets_a_clear_error(tmp_path: Path) -> None:
 def test_readers_share_a_file_but_cannot_write(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
     with Store(path) as s:
-        s.put_scores([Score(key(1), True, "pass")])
+        s.put_scores([ScoreRecord(key(1), True, "pass")])
     holder = _holder(path, "ro")
     try:
         with Store(path, read_only=True) as ro:
             assert key(1) in ro.get_scores([key(1)])
             with pytest.raises(StoreError, match="read-only"):
-                ro.put_scores([Score(key(2), True, "pass")])
+                ro.put_scores([ScoreRecord(key(2), True, "pass")])
     finally:
         holder.communicate("")
 
@@ -292,17 +293,17 @@ def test_closed_store_refuses_calls(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda: Score(key(1), "yes", "pass"), "Score.passed must be bool"),  # type: ignore[arg-type]
-        (lambda: Score(key(1), True, ""), "outcome"),
-        (lambda: Score("HumanEval/0", True, "pass"), "not a content key"),
-        (lambda: Score(key(1), True, "pass", cpu_s=True), "Score.cpu_s"),  # type: ignore[arg-type]
-        (lambda: Generation(key(1), b"x"), "Generation.text must be str"),  # type: ignore[arg-type]
-        (lambda: Generation(key(1), "x", token_ids=[1, True]), "token_ids"),
-        (lambda: Generation(key(1), "x", token_ids="12"), "token_ids"),  # type: ignore[arg-type]
-        (lambda: Generation(key(1), "x", token_ids=[1, 2], logprobs=[-1.0]), "aligned"),
-        (lambda: Generation(key(1), "x", tokens_out=1.5), "tokens_out"),  # type: ignore[arg-type]
-        (lambda: Trajectory(key(1), [1, 2]), "Trajectory.data"),  # type: ignore[arg-type]
-        (lambda: Trajectory(key(1), {}, reward=math.nan), "NaN"),
+        (lambda: ScoreRecord(key(1), "yes", "pass"), "ScoreRecord.passed must be bool"),  # type: ignore[arg-type]
+        (lambda: ScoreRecord(key(1), True, ""), "outcome"),
+        (lambda: ScoreRecord("HumanEval/0", True, "pass"), "not a content key"),
+        (lambda: ScoreRecord(key(1), True, "pass", cpu_s=True), "ScoreRecord.cpu_s"),  # type: ignore[arg-type]
+        (lambda: GenerationRecord(key(1), b"x"), "GenerationRecord.text must be str"),  # type: ignore[arg-type]
+        (lambda: GenerationRecord(key(1), "x", token_ids=[1, True]), "token_ids"),
+        (lambda: GenerationRecord(key(1), "x", token_ids="12"), "token_ids"),  # type: ignore[arg-type]
+        (lambda: GenerationRecord(key(1), "x", token_ids=[1, 2], logprobs=[-1.0]), "aligned"),
+        (lambda: GenerationRecord(key(1), "x", tokens_out=1.5), "tokens_out"),  # type: ignore[arg-type]
+        (lambda: TrajectoryRecord(key(1), [1, 2]), "TrajectoryRecord.data"),  # type: ignore[arg-type]
+        (lambda: TrajectoryRecord(key(1), {}, reward=math.nan), "NaN"),
         (lambda: RunItem(-1, "T/0"), "ordinal"),
         (lambda: RunItem(0, "T/0", score_key="abc"), "RunItem.score_key"),
     ],
@@ -313,19 +314,19 @@ def test_bad_records_are_refused_by_field(make: object, match: str) -> None:
 
 
 def test_bad_batches_are_refused(store: Store) -> None:
-    with pytest.raises(StoreInputError, match="takes Score records, got dict"):
+    with pytest.raises(StoreInputError, match="takes ScoreRecord records, got dict"):
         store.put_scores([{"key": key(1), "passed": True}])  # type: ignore[list-item]
     with pytest.raises(StoreInputError, match="wrap a single one in a list"):
-        store.put_scores(Score(key(1), True, "pass"))  # type: ignore[arg-type]
+        store.put_scores(ScoreRecord(key(1), True, "pass"))  # type: ignore[arg-type]
     with pytest.raises(StoreInputError, match="not a content key"):
         store.get_scores(["HumanEval/0"])
     with pytest.raises(StoreInputError, match="wrap a single one"):
         store.get_scores(key(1))
-    bad = Trajectory(key(1, "trajectory"), {"tags": {"a", "b"}})
+    bad = TrajectoryRecord(key(1, "trajectory"), {"tags": {"a", "b"}})
     with pytest.raises(StoreInputError, match="not JSON-serializable"):
         store.put_trajectories([bad])
     with pytest.raises(StoreInputError, match="value the store cannot hold"):
-        store.put_generations([Generation(key(1, "generation"), "x", token_ids=[2**70])])
+        store.put_generations([GenerationRecord(key(1, "generation"), "x", token_ids=[2**70])])
     with pytest.raises(StoreInputError, match=r"config\['when'\]"):
         store.begin_run("r", "eval", {"when": object()})
     assert store.counts() == dict.fromkeys(

@@ -45,7 +45,7 @@ from codegym.rollout import (
 )
 from codegym.sandbox import HostUnsupported, Sandbox
 from codegym.store import Store
-from codegym.store.records import Trajectory as StoredTrajectory
+from codegym.store.records import TrajectoryRecord as StoredTrajectory
 from codegym.tasks.synthetic import generate
 
 if TYPE_CHECKING:  # Ray is imported only by runs that use it (``import ray`` costs ~0.7 s)

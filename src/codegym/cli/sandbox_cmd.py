@@ -169,7 +169,7 @@ async def _exec_copies(
 
 
 def _register_serve() -> None:
-    from codegym.cli.serve_cmd import serve
+    from codegym.service._cli import serve
 
     app.command("serve")(serve)
 

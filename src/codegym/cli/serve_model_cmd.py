@@ -67,7 +67,7 @@ def serve_model(
 ) -> None:
     """Serve a local model over the OpenAI API, with logprobs, token ids and weight updates."""
     from codegym.policies.errors import PolicyError
-    from codegym.serving.server import serve
+    from codegym.serving.server import serve_model as serve
 
     if not 0 <= port <= 65535:
         _fail(f"--port {port}: use 0..65535")

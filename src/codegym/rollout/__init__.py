@@ -22,13 +22,14 @@ from codegym.rollout.executor import (
     LocalExecutor,
 )
 from codegym.rollout.replay import ReplayDiff, replay_trajectory
-from codegym.rollout.tracker import CircuitBreaker, Tracker
+from codegym.rollout.tracker import CircuitBreaker, EpisodeTracker
 
 __all__ = [
     "CircuitBreaker",
     "EnvSpec",
     "EpisodeFailure",
     "EpisodeRequest",
+    "EpisodeTracker",
     "Exclusion",
     "Executor",
     "Group",
@@ -39,6 +40,5 @@ __all__ = [
     "RolloutEngine",
     "RolloutError",
     "RolloutStats",
-    "Tracker",
     "replay_trajectory",
 ]

@@ -30,7 +30,7 @@ Contract:
 - **Staleness**: a group whose oldest turn is more than ``max_staleness`` policy versions
   behind ``executor.current_version()`` is regenerated (up to ``max_regenerations``) or its
   episodes are excluded as ``stale``.
-- **Watchdog**: see ``tracker.Tracker.watchdog``.
+- **Watchdog**: see ``tracker.EpisodeTracker.watchdog``.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from typing import Any
 from codegym.envs.trajectory import Trajectory
 from codegym.rollout.config import Exclusion, Group, RolloutAborted, RolloutConfig
 from codegym.rollout.executor import EpisodeFailure, EpisodeRequest, Executor
-from codegym.rollout.tracker import CircuitBreaker, Tracker
+from codegym.rollout.tracker import CircuitBreaker, EpisodeTracker
 from codegym.tasks import Task
 from codegym.telemetry import metrics as _metrics
 
@@ -105,7 +105,7 @@ class RolloutEngine:
         self.config = config or RolloutConfig()
         self.env = env
         self.stats = RolloutStats()
-        self.tracker = Tracker()
+        self.tracker = EpisodeTracker()
         self.breaker = CircuitBreaker(self.config.breaker_threshold)
         self._groups: set[asyncio.Task[None]] = set()
         self._rng = random.Random(self.config.seed)

@@ -25,7 +25,7 @@ from codegym.envs.trajectory import ModelTurn, Trajectory, task_to_record
 from codegym.errors import CodegymError
 from codegym.policies.errors import PolicyError
 from codegym.policies.policy import Generation, Policy, SamplingParams
-from codegym.rollout.tracker import Tracker
+from codegym.rollout.tracker import EpisodeTracker
 from codegym.tasks import Task, is_infra
 from codegym.telemetry.tracing import span
 
@@ -65,7 +65,7 @@ class EnvSpec:
 class Executor(Protocol):
     """Runs episode attempts (local asyncio today; Ray actors later)."""
 
-    async def run_episode(self, req: EpisodeRequest, tracker: Tracker) -> Trajectory:
+    async def run_episode(self, req: EpisodeRequest, tracker: EpisodeTracker) -> Trajectory:
         """Raises ``EpisodeFailure`` for infra reasons; never returns an infra outcome."""
         ...
 
@@ -127,7 +127,7 @@ class LocalExecutor:
     def current_version(self) -> int:
         return int(self._version()) if callable(self._version) else 0
 
-    async def run_episode(self, req: EpisodeRequest, tracker: Tracker) -> Trajectory:
+    async def run_episode(self, req: EpisodeRequest, tracker: EpisodeTracker) -> Trajectory:
         eid = req.episode_id
         env = self.env.make(self.resources)
         if self._env_digest is None:

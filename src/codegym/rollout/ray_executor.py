@@ -67,7 +67,7 @@ from codegym.envs.trajectory import Trajectory
 from codegym.policies.policy import Policy, SamplingParams
 from codegym.rollout.config import RolloutError
 from codegym.rollout.executor import EnvSpec, EpisodeFailure, EpisodeRequest, LocalExecutor
-from codegym.rollout.tracker import Tracker
+from codegym.rollout.tracker import EpisodeTracker
 from codegym.sandbox import Limits, Sandbox
 
 __all__ = ["RayExecutor", "RayOptions", "SandboxSpec", "per_actor"]
@@ -171,7 +171,7 @@ class _EpisodeWorker:
     def __init__(self, cfg: _WorkerConfig) -> None:
         self._cfg = cfg
         self._version = 0
-        self._tracker = Tracker()
+        self._tracker = EpisodeTracker()
         self._sandbox: Sandbox | None = None
         self._policy: Policy | TokenPolicy | None = None
         self._executor: LocalExecutor | None = None
@@ -394,7 +394,7 @@ class RayExecutor:
     def current_version(self) -> int:
         return int(self._version()) if self._version is not None else 0
 
-    async def run_episode(self, req: EpisodeRequest, tracker: Tracker) -> Trajectory:
+    async def run_episode(self, req: EpisodeRequest, tracker: EpisodeTracker) -> Trajectory:
         """One attempt on some actor; re-dispatched if that actor dies.
 
         Raises:

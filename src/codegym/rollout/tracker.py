@@ -25,7 +25,7 @@ class _Entry:
     started: float
 
 
-class Tracker:
+class EpisodeTracker:
     """In-flight episodes by id: current stage and when it began."""
 
     def __init__(self) -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
         RemoteSandbox,
         RemoteSession,
         RemoteWorkspace,
-        Retry,
+        ServiceRetry,
     )
     from codegym.service.server import running, serve
 
@@ -30,7 +30,7 @@ _LAZY = {
     "RemoteSandbox": "codegym.service.client",
     "RemoteSession": "codegym.service.client",
     "RemoteWorkspace": "codegym.service.client",
-    "Retry": "codegym.service.client",
+    "ServiceRetry": "codegym.service.client",
     "running": "codegym.service.server",
     "serve": "codegym.service.server",
 }
@@ -43,8 +43,8 @@ __all__ = [
     "RemoteSandbox",
     "RemoteSession",
     "RemoteWorkspace",
-    "Retry",
     "ServiceConfig",
+    "ServiceRetry",
     "create_app",
     "running",
     "serve",

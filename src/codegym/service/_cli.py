@@ -1,7 +1,7 @@
 """The ``serve`` command (``codegym sandbox serve``, ``python -m codegym.service``).
 
 It lives here, not in ``codegym.cli``, so ``python -m codegym.service`` starts without
-importing every other command; ``codegym.cli.serve_cmd`` re-exports it.
+importing every other command; ``codegym.cli.sandbox_cmd`` registers it.
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ and the call is retried elsewhere with the same ``Idempotency-Key``, so an insta
 got the request before dying never makes it run twice on the same instance. A 429 sends
 the call to another instance, or makes it wait ``Retry-After`` when none is free; a 503
 (draining) keeps every call away from that instance for its ``Retry-After``. Failures are
-bounded by ``Retry.attempts``, waiting on busy instances by ``Retry.patience_s``; every
-request has a timeout (the run's wall limit plus ``Retry.slack_s``).
+bounded by ``ServiceRetry.attempts``, waiting on busy instances by
+``ServiceRetry.patience_s``; every request has a timeout (the run's wall limit plus
+``ServiceRetry.slack_s``).
 
 Sessions are pinned to the instance that opened them: if it dies, the workspace is gone
 and the session's calls return ``INFRA``, as an in-process session whose worker died.
@@ -79,7 +80,7 @@ Text = str | bytes
 
 
 @dataclass(frozen=True)
-class Retry:
+class ServiceRetry:
     """How hard a call tries before it reports ``INFRA``."""
 
     attempts: int = 8
@@ -167,7 +168,7 @@ class RemoteSandbox:
         urls: str | Sequence[str],
         token: str | None = None,
         *,
-        retry: Retry | None = None,
+        retry: ServiceRetry | None = None,
         max_connections: int = 256,
         batching: Batching | None = Batching(),  # frozen: one default shared safely
     ) -> None:
@@ -178,7 +179,7 @@ class RemoteSandbox:
             if not u.startswith(("http://", "https://")):
                 raise SandboxInputError(f"service URL {u!r} must start with http:// or https://")
         self._instances = [_Instance(u.rstrip("/")) for u in url_list]
-        self.retry = retry or Retry()
+        self.retry = retry or ServiceRetry()
         token = token if token is not None else os.environ.get("CODEGYM_TOKEN")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._max_connections = max_connections

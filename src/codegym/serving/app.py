@@ -109,7 +109,7 @@ async def _parse(request: Request, model: type[M]) -> M | Response:
         return error_response(400, message, param)
 
 
-def create_app(
+def create_model_app(
     engine: ServingEngine, *, api_key: str | None = None, weights_token: str | None = None
 ) -> FastAPI:
     """The app serving ``engine`` (see the module doc for routes and auth)."""

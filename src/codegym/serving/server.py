@@ -1,4 +1,4 @@
-"""Run the model server: ``serve`` (blocking, for the CLI) and ``ModelServer`` (a thread).
+"""Run the model server: ``serve_model`` (blocking, for the CLI) and ``ModelServer`` (a thread).
 
 ``ModelServer`` starts uvicorn in a background thread on 127.0.0.1 (an ephemeral port by
 default) for tests, benchmarks and the demo's train-serve loop::
@@ -18,7 +18,7 @@ from pathlib import Path
 import uvicorn
 
 from codegym.policies.transformers_policy import LogprobsMode, TransformersPolicy
-from codegym.serving.app import create_app
+from codegym.serving.app import create_model_app
 from codegym.serving.engine import ServingEngine
 
 
@@ -49,7 +49,7 @@ class ModelServer:
             torch_threads=torch_threads,
         )
         self.engine = ServingEngine(self.policy, model_name)
-        self.app = create_app(self.engine, api_key=api_key, weights_token=weights_token)
+        self.app = create_model_app(self.engine, api_key=api_key, weights_token=weights_token)
         self._host, self._port = host, port
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -112,7 +112,7 @@ class ModelServer:
         self.policy.close()
 
 
-def serve(
+def serve_model(
     model_dir: str | Path,
     *,
     host: str = "127.0.0.1",
@@ -137,7 +137,7 @@ def serve(
         torch_threads=torch_threads,
     )
     engine = ServingEngine(policy, model_name)
-    app = create_app(engine, api_key=api_key, weights_token=weights_token)
+    app = create_model_app(engine, api_key=api_key, weights_token=weights_token)
     try:
         uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
     finally:

@@ -10,7 +10,7 @@ writes (local paths, ``s3://``...).
         key = content_key("score", task=task.digest(), harness=HARNESS_VERSION,
                           limits=limits.to_wire(), completion=completion)
         cached = store.get_scores([key])
-        store.put_scores([Score(key, passed=True, outcome="pass")])
+        store.put_scores([ScoreRecord(key, passed=True, outcome="pass")])
 """
 
 from codegym.store.cache import DictCache
@@ -23,31 +23,31 @@ from codegym.store.errors import (
 )
 from codegym.store.keys import canonical, content_key
 from codegym.store.records import (
-    Generation,
+    GenerationRecord,
     RunInfo,
     RunItem,
     RunRow,
     RunStatus,
-    Score,
-    Trajectory,
+    ScoreRecord,
+    TrajectoryRecord,
 )
 from codegym.store.store import Store, default_store_path
 
 __all__ = [
     "DictCache",
-    "Generation",
+    "GenerationRecord",
     "RunInfo",
     "RunItem",
     "RunRow",
     "RunStatus",
-    "Score",
+    "ScoreRecord",
     "Store",
     "StoreClosed",
     "StoreCorrupt",
     "StoreError",
     "StoreInputError",
     "StoreLocked",
-    "Trajectory",
+    "TrajectoryRecord",
     "canonical",
     "content_key",
     "default_store_path",

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from codegym.store._schema import Columns
 from codegym.store.errors import StoreInputError
-from codegym.store.records import Generation, RunItem, Score, Trajectory
+from codegym.store.records import GenerationRecord, RunItem, ScoreRecord, TrajectoryRecord
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-R = TypeVar("R", Generation, Score, Trajectory)
+R = TypeVar("R", GenerationRecord, ScoreRecord, TrajectoryRecord)
 
 
 def iterable(items: Iterable[Any]) -> Iterable[Any]:
@@ -61,7 +61,7 @@ def table(rows: list[Any], columns: Columns, row: Callable[[Any], tuple[Any, ...
         raise StoreInputError(f"a record has a value the store cannot hold: {e}") from e
 
 
-def gen_row(g: Generation) -> tuple[Any, ...]:
+def gen_row(g: GenerationRecord) -> tuple[Any, ...]:
     return (
         g.key,
         storable(g.text),
@@ -75,7 +75,7 @@ def gen_row(g: Generation) -> tuple[Any, ...]:
     )
 
 
-def score_row(s: Score) -> tuple[Any, ...]:
+def score_row(s: ScoreRecord) -> tuple[Any, ...]:
     return (s.key, s.passed, s.outcome, storable(s.detail), s.cpu_s, s.wall_s, s.flaky, s.created)
 
 
@@ -108,8 +108,8 @@ def storable(text: str) -> str:
     return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
-def traj_row(t: Trajectory) -> tuple[Any, ...]:
-    data = to_json(dict(t.data), f"Trajectory {t.key[:12]}… data")
+def traj_row(t: TrajectoryRecord) -> tuple[Any, ...]:
+    data = to_json(dict(t.data), f"TrajectoryRecord {t.key[:12]}… data")
     return (t.key, t.run_id, t.task_id, t.reward, t.outcome, data, t.created)
 
 
@@ -133,8 +133,8 @@ def rows(cols: Mapping[str, list[Any]]) -> Iterator[dict[str, Any]]:
         yield dict(zip(names, values, strict=True))
 
 
-def trajectories(cols: Mapping[str, list[Any]]) -> list[Trajectory]:
-    return [Trajectory(**{**r, "data": json.loads(r["data"])}) for r in rows(cols)]
+def trajectories(cols: Mapping[str, list[Any]]) -> list[TrajectoryRecord]:
+    return [TrajectoryRecord(**{**r, "data": json.loads(r["data"])}) for r in rows(cols)]
 
 
 def pack(code: str, values: tuple[Any, ...] | None) -> bytes | None:
@@ -175,7 +175,7 @@ def loaded(kind: type[R], row: dict[str, Any]) -> R:
     return obj
 
 
-def generation(row: dict[str, Any]) -> Generation:
+def generation(row: dict[str, Any]) -> GenerationRecord:
     row["token_ids"] = unpack("q", row["token_ids"])
     row["logprobs"] = unpack("d", row["logprobs"])
-    return loaded(Generation, row)
+    return loaded(GenerationRecord, row)

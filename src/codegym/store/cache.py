@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from codegym.store.errors import StoreInputError
-from codegym.store.records import Generation, Score
+from codegym.store.records import GenerationRecord, ScoreRecord
 from codegym.store.store import Store
 
-_R = TypeVar("_R", Generation, Score)
+_R = TypeVar("_R", GenerationRecord, ScoreRecord)
 
 
 class DictCache:
@@ -32,16 +32,16 @@ class DictCache:
         return {k: _as_dict(r) for k, r in self.store.get_generations(keys).items()}
 
     def put_generations(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
-        self.store.put_generations(_build(Generation, items))
+        self.store.put_generations(_build(GenerationRecord, items))
 
     def get_scores(self, keys: Iterable[str]) -> Mapping[str, dict[str, Any]]:
         return {k: _as_dict(r) for k, r in self.store.get_scores(keys).items()}
 
     def put_scores(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
-        self.store.put_scores(_build(Score, items))
+        self.store.put_scores(_build(ScoreRecord, items))
 
 
-def _as_dict(record: Generation | Score) -> dict[str, Any]:
+def _as_dict(record: GenerationRecord | ScoreRecord) -> dict[str, Any]:
     # Shallow on purpose: records are frozen and hold only scalars and tuples, and
     # dataclasses.asdict's deep copy dominated a resumed eval's lookup time.
     return {

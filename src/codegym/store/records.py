@@ -1,10 +1,11 @@
 """The records the store keeps: small frozen dataclasses, validated on construction.
 
-``Generation`` (a model output), ``Score`` (a sandbox verdict) and ``Trajectory`` (an RL
-episode) are content-addressed: their ``key`` comes from ``content_key`` and the record is
-a pure function of it, so the first one stored for a key is kept and later ones are
-ignored. ``RunInfo``, ``RunItem`` and ``RunRow`` describe runs: an ordered list of items
-pointing at those records, which is what a results file or an export lists.
+``GenerationRecord`` (a model output), ``ScoreRecord`` (a sandbox verdict) and
+``TrajectoryRecord`` (an RL episode) are content-addressed: their ``key`` comes from
+``content_key`` and the record is a pure function of it, so the first one stored for a
+key is kept and later ones are ignored. ``RunInfo``, ``RunItem`` and ``RunRow`` describe
+runs: an ordered list of items pointing at those records, which is what a results file or
+an export lists.
 
 Note for callers: infra outcomes (``infra``, ``policy_error``...) are not a function of
 the inputs, so a runner should not store them under a content key; the store does not
@@ -66,7 +67,7 @@ def _check_seq(
 
 
 @dataclass(frozen=True)
-class Generation:
+class GenerationRecord:
     """One model output, keyed by everything that produced it."""
 
     key: str
@@ -90,12 +91,12 @@ class Generation:
     """Unix time the record was made."""
 
     def __post_init__(self) -> None:
-        check_key(self.key, "Generation.key")
-        _check("Generation", "text", self.text, (str,), False)
-        _check("Generation", "finish_reason", self.finish_reason, (str,), True)
+        check_key(self.key, "GenerationRecord.key")
+        _check("GenerationRecord", "text", self.text, (str,), False)
+        _check("GenerationRecord", "finish_reason", self.finish_reason, (str,), True)
         # Lists are accepted (that is what servers return) and frozen into tuples.
-        ids = _check_seq("Generation", "token_ids", self.token_ids, frozenset({int}))
-        lps = _check_seq("Generation", "logprobs", self.logprobs, frozenset({int, float}))
+        ids = _check_seq("GenerationRecord", "token_ids", self.token_ids, frozenset({int}))
+        lps = _check_seq("GenerationRecord", "logprobs", self.logprobs, frozenset({int, float}))
         object.__setattr__(self, "token_ids", ids)
         object.__setattr__(self, "logprobs", lps)
         if (
@@ -104,17 +105,17 @@ class Generation:
             and len(self.token_ids) != len(self.logprobs)
         ):
             raise StoreInputError(
-                f"Generation {self.key[:12]}: {len(self.token_ids)} token_ids but "
+                f"GenerationRecord {self.key[:12]}: {len(self.token_ids)} token_ids but "
                 f"{len(self.logprobs)} logprobs; they must be aligned, one per token"
             )
-        _check("Generation", "tokens_in", self.tokens_in, (int,), True)
-        _check("Generation", "tokens_out", self.tokens_out, (int,), True)
-        _check("Generation", "model_s", self.model_s, (int, float), True)
-        _check("Generation", "created", self.created, (int, float), False)
+        _check("GenerationRecord", "tokens_in", self.tokens_in, (int,), True)
+        _check("GenerationRecord", "tokens_out", self.tokens_out, (int,), True)
+        _check("GenerationRecord", "model_s", self.model_s, (int, float), True)
+        _check("GenerationRecord", "created", self.created, (int, float), False)
 
 
 @dataclass(frozen=True)
-class Score:
+class ScoreRecord:
     """One sandbox verdict on one completion, keyed by everything that decides it."""
 
     key: str
@@ -134,20 +135,22 @@ class Score:
     """Unix time the record was made."""
 
     def __post_init__(self) -> None:
-        check_key(self.key, "Score.key")
-        _check("Score", "passed", self.passed, (bool,), False)
-        _check("Score", "outcome", self.outcome, (str,), False)
+        check_key(self.key, "ScoreRecord.key")
+        _check("ScoreRecord", "passed", self.passed, (bool,), False)
+        _check("ScoreRecord", "outcome", self.outcome, (str,), False)
         if not self.outcome:
-            raise StoreInputError("Score.outcome must be a non-empty outcome name like 'pass'")
-        _check("Score", "detail", self.detail, (str,), False)
-        _check("Score", "cpu_s", self.cpu_s, (int, float), False)
-        _check("Score", "wall_s", self.wall_s, (int, float), False)
-        _check("Score", "flaky", self.flaky, (bool,), False)
-        _check("Score", "created", self.created, (int, float), False)
+            raise StoreInputError(
+                "ScoreRecord.outcome must be a non-empty outcome name like 'pass'"
+            )
+        _check("ScoreRecord", "detail", self.detail, (str,), False)
+        _check("ScoreRecord", "cpu_s", self.cpu_s, (int, float), False)
+        _check("ScoreRecord", "wall_s", self.wall_s, (int, float), False)
+        _check("ScoreRecord", "flaky", self.flaky, (bool,), False)
+        _check("ScoreRecord", "created", self.created, (int, float), False)
 
 
 @dataclass(frozen=True)
-class Trajectory:
+class TrajectoryRecord:
     """One RL episode: a JSON document plus a few columns indexed for queries."""
 
     key: str
@@ -162,17 +165,17 @@ class Trajectory:
     """Unix time the record was made."""
 
     def __post_init__(self) -> None:
-        check_key(self.key, "Trajectory.key")
-        _check("Trajectory", "data", self.data, (Mapping,), False)
-        _check("Trajectory", "run_id", self.run_id, (str,), True)
-        _check("Trajectory", "task_id", self.task_id, (str,), True)
-        _check("Trajectory", "reward", self.reward, (int, float), True)
+        check_key(self.key, "TrajectoryRecord.key")
+        _check("TrajectoryRecord", "data", self.data, (Mapping,), False)
+        _check("TrajectoryRecord", "run_id", self.run_id, (str,), True)
+        _check("TrajectoryRecord", "task_id", self.task_id, (str,), True)
+        _check("TrajectoryRecord", "reward", self.reward, (int, float), True)
         if self.reward is not None and math.isnan(self.reward):
             raise StoreInputError(
-                f"Trajectory {self.key[:12]}: reward is NaN; store None for no reward"
+                f"TrajectoryRecord {self.key[:12]}: reward is NaN; store None for no reward"
             )
-        _check("Trajectory", "outcome", self.outcome, (str,), True)
-        _check("Trajectory", "created", self.created, (int, float), False)
+        _check("TrajectoryRecord", "outcome", self.outcome, (str,), True)
+        _check("TrajectoryRecord", "created", self.created, (int, float), False)
 
 
 @dataclass(frozen=True)
@@ -227,8 +230,8 @@ class RunRow:
     """A run item joined with its records (either may be missing: not made yet)."""
 
     item: RunItem
-    generation: Generation | None
-    score: Score | None
+    generation: GenerationRecord | None
+    score: ScoreRecord | None
 
     def to_result(self) -> dict[str, Any]:
         """This row as one ``results.jsonl`` object (the results-file contract).

@@ -49,13 +49,13 @@ from codegym.store.errors import (
 from codegym.store.keys import canonical, canonical_json
 from codegym.store.records import (
     RUN_STATUSES,
-    Generation,
+    GenerationRecord,
     RunInfo,
     RunItem,
     RunRow,
     RunStatus,
-    Score,
-    Trajectory,
+    ScoreRecord,
+    TrajectoryRecord,
     check_key,
 )
 
@@ -242,53 +242,53 @@ class Store:
 
     # -- content-addressed records ------------------------------------------------
 
-    def put_generations(self, items: Iterable[Generation]) -> int:
+    def put_generations(self, items: Iterable[GenerationRecord]) -> int:
         """Store model outputs; returns how many keys were new.
 
         Raises:
-            StoreInputError: an item is not a ``Generation``.
+            StoreInputError: an item is not a ``GenerationRecord``.
         """
         self._writable("put_generations")
-        rows = C.unique(items, Generation, "put_generations")
+        rows = C.unique(items, GenerationRecord, "put_generations")
         return self._insert("generations", C.table(rows, _schema.GENERATIONS, C.gen_row))
 
-    def get_generations(self, keys: Iterable[str]) -> dict[str, Generation]:
+    def get_generations(self, keys: Iterable[str]) -> dict[str, GenerationRecord]:
         """The stored generations among ``keys`` (missing keys are absent)."""
         cols = self._select_keys("generations", keys)
         return {r["key"]: C.generation(r) for r in C.rows(cols)}
 
-    def put_scores(self, items: Iterable[Score]) -> int:
+    def put_scores(self, items: Iterable[ScoreRecord]) -> int:
         """Store verdicts; returns how many keys were new.
 
         Raises:
-            StoreInputError: an item is not a ``Score``.
+            StoreInputError: an item is not a ``ScoreRecord``.
         """
         self._writable("put_scores")
-        rows = C.unique(items, Score, "put_scores")
+        rows = C.unique(items, ScoreRecord, "put_scores")
         return self._insert("scores", C.table(rows, _schema.SCORES, C.score_row))
 
-    def get_scores(self, keys: Iterable[str]) -> dict[str, Score]:
+    def get_scores(self, keys: Iterable[str]) -> dict[str, ScoreRecord]:
         """The stored scores among ``keys`` (missing keys are absent)."""
         cols = self._select_keys("scores", keys)
-        return {r["key"]: C.loaded(Score, r) for r in C.rows(cols)}
+        return {r["key"]: C.loaded(ScoreRecord, r) for r in C.rows(cols)}
 
-    def put_trajectories(self, items: Iterable[Trajectory]) -> int:
+    def put_trajectories(self, items: Iterable[TrajectoryRecord]) -> int:
         """Store episodes; returns how many keys were new.
 
         Raises:
-            StoreInputError: an item is not a ``Trajectory`` or its data is not JSON.
+            StoreInputError: an item is not a ``TrajectoryRecord`` or its data is not JSON.
         """
         self._writable("put_trajectories")
-        rows = C.unique(items, Trajectory, "put_trajectories")
+        rows = C.unique(items, TrajectoryRecord, "put_trajectories")
         return self._insert("trajectories", C.table(rows, _schema.TRAJECTORIES, C.traj_row))
 
-    def get_trajectories(self, keys: Iterable[str]) -> dict[str, Trajectory]:
+    def get_trajectories(self, keys: Iterable[str]) -> dict[str, TrajectoryRecord]:
         """The stored trajectories among ``keys`` (missing keys are absent)."""
         return {t.key: t for t in C.trajectories(self._select_keys("trajectories", keys))}
 
     def find_trajectories(
         self, *, run_id: str | None = None, task_id: str | None = None
-    ) -> list[Trajectory]:
+    ) -> list[TrajectoryRecord]:
         """Trajectories of a run and/or a task, oldest first."""
         where = " AND ".join(
             f"{col} = ?" for col, v in (("run_id", run_id), ("task_id", task_id)) if v is not None
@@ -454,7 +454,7 @@ class Store:
                 RunRow(
                     item,
                     C.generation(gen) if gen["key"] is not None else None,
-                    C.loaded(Score, sc) if sc["key"] is not None else None,
+                    C.loaded(ScoreRecord, sc) if sc["key"] is not None else None,
                 )
             )
         return out

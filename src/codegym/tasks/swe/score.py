@@ -20,7 +20,7 @@ from typing import Any
 from codegym.sandbox import Sandbox
 from codegym.store import Store
 from codegym.store.keys import content_key
-from codegym.store.records import Score
+from codegym.store.records import ScoreRecord
 from codegym.tasks.swe.grade import Graded, grade
 from codegym.tasks.swe.task import SweTask
 from codegym.tasks.taskset import DatasetError
@@ -84,7 +84,7 @@ async def score_predictions(
                 graded = await _grade_once_more(sb, task, pred.get("model_patch") or "")
             if store is not None and graded.outcome != "infra":
                 store.put_scores(
-                    [Score(key, graded.resolved, graded.outcome, graded.detail[:2000])]
+                    [ScoreRecord(key, graded.resolved, graded.outcome, graded.detail[:2000])]
                 )
         row = {**pred, "resolved": graded.resolved, "outcome": graded.outcome}
         if graded.detail:
