@@ -27,21 +27,32 @@ from codegym.cli.score_cmd import _print_summary
 from codegym.envs import ENVS, EnvError
 from codegym.evals.rundir import build_summary, write_run
 from codegym.evals.runner import Runner, RunnerConfig, SampleResult, quarantined_results
-from codegym.policies import PolicyError, SamplingParams
+from codegym.policies import Policy, PolicyError, SamplingParams
 from codegym.rollout import EnvSpec, RolloutAborted, RolloutError
 from codegym.sandbox import HostUnsupported
 from codegym.store import DictCache, Store
 from codegym.tasks import DatasetError, Task, load_suite, verify
 
 if TYPE_CHECKING:
-    from codegym.policies.openai_policy import OpenAIPolicy
+    pass
 
 
 def eval_(
     suite: Annotated[str, typer.Option(help="Suite name (humaneval, synth:...) or JSONL path.")],
     model: Annotated[str, typer.Option(help="Model name the server serves.")],
-    base_url: Annotated[str, typer.Option(help="OpenAI-compatible base URL, e.g. .../v1.")],
     out: Annotated[Path, typer.Option(help="Run folder: results.jsonl and summary.json.")],
+    base_url: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible base URL, e.g. .../v1 (--policy openai).")
+    ] = None,
+    policy_name: Annotated[
+        str,
+        typer.Option(
+            "--policy", help="openai (a server, default), replay, transformers, or a plug-in."
+        ),
+    ] = "openai",
+    policy_options: Annotated[
+        str, typer.Option(help="The policy's own options as a JSON object.")
+    ] = "{}",
     n: Annotated[int, typer.Option("-n", help="Samples (episodes, with --env) per task.")] = 1,
     env: Annotated[
         str | None,
@@ -89,6 +100,10 @@ def eval_(
     mlflow_uri: Annotated[
         str | None, typer.Option(help="MLflow tracking URI (default ./mlruns).")
     ] = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(help="More metrics in summary.json (repeat): latency, tokens, or a plug-in."),
+    ] = None,
     metrics_port: MetricsPortOption = None,
     trace_file: TraceFileOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -99,7 +114,8 @@ def eval_(
     missing: a killed run resumes, a finished one returns at once.
     Exit codes: 0 done, 2 bad input, 3 too many infra failures (see the diagnosis).
     """
-    from codegym.policies.openai_policy import OpenAIPolicy
+    from codegym._registry import UnknownName
+    from codegym.policies.registry import make_policy
 
     if export and no_store:
         fail("--export reads the run back from the store: drop --no-store")
@@ -116,15 +132,17 @@ def eval_(
         params = SamplingParams(
             temperature=temperature, top_p=top_p, max_tokens=max_tokens, n=n, seed=seed
         )
-        policy = OpenAIPolicy(
-            base_url,
-            model,
-            api_key=api_key or os.environ.get("OPENAI_API_KEY"),
-            mode=mode,  # type: ignore[arg-type]
+        policy = make_policy(
+            policy_name,
+            model=model,
+            base_url=base_url,
+            mode=mode,
             concurrency=model_concurrency,
+            api_key=api_key or os.environ.get("OPENAI_API_KEY"),
             tools=_env_tools(env) if mode == "chat" else None,
+            **_json_object(policy_options, "--policy-options"),
         )
-    except (DatasetError, ValueError, PolicyError) as e:
+    except (DatasetError, ValueError, PolicyError, UnknownName) as e:
         fail(str(e))
     if env is None and any(t.repo for t in tasks):
         fail(
@@ -133,6 +151,7 @@ def eval_(
         )
     if limit is not None:
         tasks = tasks[:limit]
+    _check_metrics(metric)
     start_telemetry(metrics_port, trace_file)
     if not tasks:
         fail(f"suite {suite!r} has no tasks")
@@ -147,6 +166,7 @@ def eval_(
         "tasks": len(tasks),
         "tier": tier,
         "flaky_repeats": flaky_repeats,
+        "policy": policy_name,
     }
     if env_spec is not None:
         config["env"] = {"name": env_spec.name, "options": env_spec.options}
@@ -194,6 +214,7 @@ def eval_(
         config=config,
         ks=sorted({1, 10, 100, n} & set(range(1, n + 1))),
         max_infra_fraction=max_infra_fraction,
+        metrics=metric or (),
     )
     write_run(out, results, summary)
     with mlflow_run(mlflow, mlflow_uri, f"eval-{model}", config) as mf:
@@ -237,7 +258,7 @@ def _images_for(tasks: list[Task], suite: str) -> Any:
 
 async def _evaluate(
     tasks: list[Task],
-    policy: OpenAIPolicy,
+    policy: Policy,
     params: SamplingParams,
     chat: bool,
     tier: str,
@@ -275,4 +296,28 @@ async def _evaluate(
             try:
                 return broken + await runner.evaluate(tasks, policy, params, chat=chat)
             finally:
-                await policy.aclose()
+                close = getattr(policy, "aclose", None)
+                if close is not None:  # HTTP clients hold a session
+                    await close()
+
+
+def _check_metrics(names: list[str] | None) -> None:
+    """Refuse an unknown ``--metric`` before any work, naming the registered ones."""
+    from codegym._registry import UnknownName
+    from codegym.evals.metrics import METRICS
+
+    for name in names or []:
+        try:
+            METRICS.get(name)
+        except UnknownName as e:
+            fail(f"--metric {name}: {e}")
+
+
+def _json_object(text: str, option: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        fail(f"{option} {text!r}: give a JSON object ({e})")
+    if not isinstance(value, dict):
+        fail(f"{option} {text!r}: give a JSON object")
+    return value

@@ -11,7 +11,7 @@ import typer
 
 from codegym.cli._common import console, fail
 from codegym.sandbox import ExecResult, HostUnsupported, Limits, Sandbox, SandboxInputError
-from codegym.sandbox.tiers import TIER_NAMES, make_tier
+from codegym.sandbox.tiers import make_tier, tier_names
 
 if TYPE_CHECKING:
     from codegym.sandbox.images import Image, ImageStore
@@ -25,7 +25,7 @@ app = typer.Typer(
 def check() -> None:
     """Say which sandbox tiers work on this host, and what is missing for the others."""
     ok_any = False
-    for name in TIER_NAMES:
+    for name in tier_names():
         try:
             problems = make_tier(name).problems()
         except SandboxInputError as e:  # $CODEGYM_SANDBOX_PYTHON names nothing

@@ -27,7 +27,10 @@ def build_summary(
     config: dict[str, Any],
     ks: Sequence[int] = (1, 10, 100),
     max_infra_fraction: float = 0.05,
+    metrics: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """The run's ``summary.json``: pass@k with clustered intervals, outcomes, infra, cost,
+    and the registered ``metrics`` asked for (``codegym.evals.metrics``)."""
     # pass@k estimates here, their intervals once, clustered (not a CLT one overwritten)
     summary = summarize([r.task_id for r in results], results, ks, intervals=False)
     _clustered_intervals(summary, results)
@@ -54,6 +57,10 @@ def build_summary(
         "sandbox_cpu_s": round(sum(r.cpu_s or 0.0 for r in results), 3),
         "sandbox_wall_s": round(sum(r.wall_s or 0.0 for r in results), 3),
     }
+    if metrics:
+        from codegym.evals.metrics import compute
+
+        summary["metrics"] = compute(metrics, results)
     summary["config"] = config
     return summary
 

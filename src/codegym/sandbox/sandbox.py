@@ -31,7 +31,7 @@ from codegym.sandbox.images.store import MAX_LAYERS, VENV, Image, ImageStore
 from codegym.sandbox.limits import MAX_CODE_BYTES, MAX_INPUT_BYTES, Limits, check_path
 from codegym.sandbox.result import ExecResult, Verdict
 from codegym.sandbox.tier import Tier, WorkerSpec, sweep_stale
-from codegym.sandbox.tiers import TIER_NAMES, make_tier
+from codegym.sandbox.tiers import TIERS, make_tier
 from codegym.sandbox.workspace import Workspace
 from codegym.telemetry import metrics as _metrics  # telemetry: metrics and spans
 from codegym.telemetry.tracing import set_error, span
@@ -156,9 +156,9 @@ class Sandbox:
         recycle_after: int = 2000,
         images: ImageStore | str | os.PathLike[str] | None = None,
     ) -> None:
-        if tier not in TIER_NAMES:
+        if tier not in TIERS:
             raise SandboxInputError(
-                f"unknown sandbox tier {tier!r}; choose one of {', '.join(TIER_NAMES)}"
+                f"unknown sandbox tier {tier!r}; choose one of {', '.join(TIERS.names())}"
             )
         n = workers if workers is not None else (os.cpu_count() or 1)
         if not isinstance(n, int) or not 1 <= n <= 512:

@@ -23,6 +23,12 @@ whole solution. Stdin/stdout prompts are plain text.
 
 Contract: every converter raises ``RecordError`` naming the field and the fix; the loader
 adds the file and line.
+
+More formats plug in by name: a ``DatasetFormat`` (how to recognise a record, how to turn
+it into a ``Task``, the fields it expects) in a module of its own, and one registration,
+``DATASET_FORMATS.register("mine", "my_package.my_format:FORMAT")``. ``load_dataset``,
+``--format`` and detection then know it (detection tries formats in registration order,
+the built-in ones first); docs/extending.md has a whole example.
 """
 
 from __future__ import annotations
@@ -31,13 +37,17 @@ import ast
 import json
 import textwrap
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal
+from dataclasses import dataclass
+from typing import Any, Final
 
+from codegym._registry import Registry
 from codegym.errors import CodegymError
 from codegym.tasks.task import IOCase, Task
 
-Format = Literal["humaneval", "mbpp", "apps", "codecontests"]
-FORMATS: Final[tuple[Format, ...]] = ("humaneval", "mbpp", "apps", "codecontests")
+Format = str
+"""A registered format's name (``DATASET_FORMATS``)."""
+FORMATS: Final[tuple[str, ...]] = ("humaneval", "mbpp", "apps", "codecontests")
+"""The built-in formats."""
 
 # CodeContests' Language enum: 3 is PYTHON3 (1 is Python 2, which we cannot run).
 _CC_PYTHON3: Final = {3, "3", "PYTHON3", "python3", "Python3", "PYTHON_3"}
@@ -47,27 +57,45 @@ class RecordError(CodegymError, ValueError):
     """One record cannot become a task; the message names the field and the fix."""
 
 
+@dataclass(frozen=True)
+class DatasetFormat:
+    """A dataset record format (a JSONL line in, a ``Task`` out)."""
+
+    detect: Callable[[Mapping[str, Any]], bool]
+    """Whether a record has this format's distinctive fields."""
+    convert: Callable[[Mapping[str, Any], str], Task]
+    """The record's task (the ``str`` is an id for a record that carries none); raises
+    ``RecordError`` naming the field and the fix."""
+    fields: str
+    """What it expects, for the error when no format matches: ``"HumanEval (prompt, ...)"``."""
+
+
+DATASET_FORMATS: Registry[DatasetFormat] = Registry(
+    "dataset format",
+    "add one with codegym.tasks.formats.DATASET_FORMATS.register(name, 'module:FORMAT')",
+)
+
+
 def detect_format(row: Mapping[str, Any]) -> Format | None:
-    """The format whose distinctive fields ``row`` has, or None."""
-    if any(k in row for k in ("public_tests", "private_tests", "generated_tests")):
-        return "codecontests"
-    if "input_output" in row:
-        return "apps"
-    if "test_list" in row:
-        return "mbpp"
-    if {"prompt", "entry_point", "test"} <= row.keys():
-        return "humaneval"
+    """The first registered format whose distinctive fields ``row`` has, or None."""
+    for name in DATASET_FORMATS.names():
+        if DATASET_FORMATS.get(name).detect(row):
+            return name
     return None
+
+
+def expected_fields() -> str:
+    """What the registered formats expect, for an error that names them all."""
+    return ", ".join(DATASET_FORMATS.get(n).fields for n in DATASET_FORMATS.names())
 
 
 def to_task(row: Mapping[str, Any], fmt: Format, fallback_id: str) -> Task:
     """Convert one record; ``fallback_id`` is used when the record carries no id.
 
     Raises:
-        RecordError: a field is missing or malformed.
+        RecordError: a field is missing or malformed, or ``fmt`` is not registered.
     """
-    task = _CONVERTERS[fmt](row, fallback_id)
-    return task
+    return DATASET_FORMATS.get(check_format(fmt)).convert(row, fallback_id)
 
 
 # --- field helpers ---------------------------------------------------------------------------
@@ -329,7 +357,7 @@ def _codecontests(row: Mapping[str, Any], fallback_id: str) -> Task:
     )
 
 
-_CONVERTERS: Final[dict[str, Callable[[Mapping[str, Any], str], Task]]] = {
+_BUILTIN: Final[dict[str, Callable[[Mapping[str, Any], str], Task]]] = {
     "humaneval": _humaneval,
     "mbpp": _mbpp,
     "apps": _apps,
@@ -338,11 +366,37 @@ _CONVERTERS: Final[dict[str, Callable[[Mapping[str, Any], str], Task]]] = {
 
 
 def check_format(fmt: str) -> Format:
-    """``fmt`` as a ``Format``.
+    """``fmt``, a registered format.
 
     Raises:
-        RecordError: not a known format.
+        RecordError: not a registered format (the message lists them).
     """
-    if fmt not in FORMATS:
-        raise RecordError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    if fmt not in DATASET_FORMATS:
+        names = ", ".join(DATASET_FORMATS.names())
+        raise RecordError(f"unknown format {fmt!r}; use one of {names}")
     return fmt
+
+
+# detection order: the most distinctive fields first
+DATASET_FORMATS.register(
+    "codecontests",
+    DatasetFormat(
+        lambda r: any(k in r for k in ("public_tests", "private_tests", "generated_tests")),
+        _BUILTIN["codecontests"],
+        "CodeContests (public_tests)",
+    ),
+)
+DATASET_FORMATS.register(
+    "apps", DatasetFormat(lambda r: "input_output" in r, _BUILTIN["apps"], "APPS (input_output)")
+)
+DATASET_FORMATS.register(
+    "mbpp", DatasetFormat(lambda r: "test_list" in r, _BUILTIN["mbpp"], "MBPP (test_list)")
+)
+DATASET_FORMATS.register(
+    "humaneval",
+    DatasetFormat(
+        lambda r: {"prompt", "entry_point", "test"} <= r.keys(),
+        _BUILTIN["humaneval"],
+        "HumanEval (prompt, entry_point, test)",
+    ),
+)

@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import parse_qsl
 
-from codegym.tasks.formats import FORMATS, Format, RecordError, check_format, detect_format, to_task
+from codegym.tasks.formats import (
+    FORMATS,
+    Format,
+    RecordError,
+    check_format,
+    detect_format,
+    expected_fields,
+    to_task,
+)
 from codegym.tasks.manifest import check_sha256, compare_sha256, read_manifest
 from codegym.tasks.task import Task
 from codegym.tasks.taskset import DatasetError, TaskSet
@@ -123,8 +131,7 @@ def parse_jsonl(
                 if fmt is None:
                     raise RecordError(
                         f"cannot tell the format from fields {sorted(row)[:8]}; expected "
-                        "HumanEval (prompt, entry_point, test), MBPP (test_list), APPS "
-                        "(input_output) or CodeContests (public_tests); or pass format="
+                        f"one of {expected_fields()}; or pass format="
                     )
             task = to_task(row, fmt, fallback_id=f"{Path(source).stem}/{lineno}")
             if task.id in first_line:

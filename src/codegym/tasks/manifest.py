@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from codegym.tasks.formats import FORMATS
+from codegym.tasks.formats import DATASET_FORMATS
 from codegym.tasks.taskset import DatasetError
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -126,8 +126,9 @@ def read_manifest(path: Path) -> dict[str, DatasetPin]:
         if missing:
             raise DatasetError(f"{where}: missing string field(s) {', '.join(missing)}")
         fmt = entry.get("format")
-        if fmt is not None and fmt not in FORMATS:
-            raise DatasetError(f"{where}: format {fmt!r} is not one of {', '.join(FORMATS)}")
+        if fmt is not None and fmt not in DATASET_FORMATS:
+            names = ", ".join(DATASET_FORMATS.names())
+            raise DatasetError(f"{where}: format {fmt!r} is not one of {names}")
         pins[name] = DatasetPin(
             name=name,
             path=(path.parent / entry["path"]),

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from codegym.errors import CodegymError
 from codegym.sandbox import Limits
@@ -127,7 +127,8 @@ class TasksSection(_Section):
 
 
 class SandboxSection(_Section):
-    tier: Literal["jail", "gvisor", "process"] = "jail"
+    tier: str = "jail"
+    """A registered sandbox tier (``codegym.sandbox.tiers.TIERS``)."""
     workers: Annotated[int, Field(ge=1)] = 2
     cpu_s: Annotated[float, Field(gt=0)] = 2.0
     memory_mb: Annotated[int, Field(ge=16)] = 512
@@ -136,6 +137,15 @@ class SandboxSection(_Section):
 
     def limits(self) -> Limits:
         return Limits(cpu_s=self.cpu_s, memory_mb=self.memory_mb)
+
+    @field_validator("tier")
+    @classmethod
+    def _known_tier(cls, tier: str) -> str:
+        from codegym.sandbox.tiers import TIERS
+
+        if tier not in TIERS:
+            raise ValueError(f"unknown sandbox tier {tier!r}; registered: {TIERS.names()}")
+        return tier
 
 
 class CheckpointSection(_Section):

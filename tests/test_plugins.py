@@ -1,0 +1,115 @@
+"""Plug-ins by name: a sandbox tier, a dataset format, an eval metric and a policy are each
+one definition and one registration, reachable from the API and the command line, and an
+unknown name is refused naming what is registered."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codegym._registry import Registry, UnknownName
+from codegym.evals.metrics import METRICS
+from codegym.policies.registry import POLICIES, make_policy
+from codegym.sandbox import Sandbox, SandboxInputError
+from codegym.sandbox.tiers import TIERS, make_tier
+from codegym.sandbox.tiers.process import ProcessTier
+from codegym.tasks import DatasetError, Task, load_humaneval
+from codegym.tasks.formats import DATASET_FORMATS, DatasetFormat, RecordError
+from codegym.tasks.loaders import load_jsonl
+from codegym.tasks.task import IOCase
+
+CODEGYM = str(Path(sys.executable).parent / "codegym")
+
+
+def test_a_registry_imports_on_first_use_and_names_what_it_has() -> None:
+    reg: Registry[Any] = Registry("widget", "add one with reg.register")
+    reg.register("json", "json:dumps")
+    assert reg.get("json")({"a": 1}) == '{"a": 1}'
+    with pytest.raises(UnknownName, match=r"unknown widget 'x'; registered: json \(add one"):
+        reg.get("x")
+    with pytest.raises(ValueError, match="registered already"):
+        reg.register("json", "json:loads")
+
+
+class QuietProcessTier(ProcessTier):
+    """A tier of one's own: the process tier without its warning."""
+
+    name = "quiet-process"
+
+    @property
+    def warning(self) -> str | None:
+        return None
+
+
+async def test_a_tier_of_ones_own_runs_programs() -> None:
+    if "quiet-process" not in TIERS:
+        TIERS.register("quiet-process", QuietProcessTier)
+    assert make_tier("quiet-process").warning is None
+    async with Sandbox(tier="quiet-process", workers=1) as sb:
+        r = await sb.run_python("print(6 * 7)")
+    assert r.ok and r.stdout == "42\n"
+    with pytest.raises(SandboxInputError, match="choose one of jail, gvisor, process"):
+        Sandbox(tier="nope")
+
+
+def _qa(row: dict[str, Any], fallback_id: str) -> Task:
+    if not isinstance(row.get("question"), str) or not isinstance(row.get("answer"), str):
+        raise RecordError("fields 'question' and 'answer' must be strings")
+    case = IOCase(stdin="", expected=row["answer"] + "\n")
+    return Task(id=str(row.get("id", fallback_id)), prompt=row["question"], io_cases=(case,))
+
+
+def test_a_dataset_format_of_ones_own_is_detected_and_named(tmp_path: Path) -> None:
+    if "qa" not in DATASET_FORMATS:
+        DATASET_FORMATS.register(
+            "qa", DatasetFormat(lambda r: {"question", "answer"} <= r.keys(), _qa, "QA (question)")
+        )
+    data = tmp_path / "qa.jsonl"
+    data.write_text(json.dumps({"id": "q1", "question": "Print 42.", "answer": "42"}) + "\n")
+    (task,) = list(load_jsonl(data))
+    assert task.id == "q1" and task.io_cases[0].expected == "42\n"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"nothing": 1}) + "\n")
+    with pytest.raises(DatasetError, match=r"QA \(question\)"):  # every format expected
+        load_jsonl(bad)
+
+
+def test_metrics_and_policies_are_looked_up_by_name() -> None:
+    assert {"latency", "tokens"} <= set(METRICS.names())
+    assert {"openai", "replay", "transformers"} <= set(POLICIES.names())
+    with pytest.raises(UnknownName, match="registered: openai, replay, transformers"):
+        make_policy("nope", model="m", base_url=None, mode="chat", concurrency=1, api_key=None,
+                    tools=None)  # fmt: skip
+
+
+def test_eval_takes_a_policy_and_a_metric_by_name(tmp_path: Path) -> None:
+    """``--policy replay`` answers from a samples file (no server); ``--metric latency``
+    adds its block to summary.json; unknown names are refused before any work."""
+    tasks = load_humaneval()[:3]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(
+        json.dumps({"task_id": t.id, "prompt": t.prompt, "completion": t.reference}) + "\n"
+        for t in tasks
+    ))  # fmt: skip
+    env = {**os.environ, "OPENAI_API_KEY": "unused"}
+    cmd = [CODEGYM, "eval", "--suite", "humaneval", "--model", "replayed", "--limit", "3",
+           "--policy", "replay", "--policy-options", json.dumps({"path": str(samples)}),
+           "--metric", "latency", "--no-store", "--json",
+           "--out", str(tmp_path / "run")]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["pass_at_k"]["1"]["estimate"] == 1.0 and summary["scored"] == 3
+    assert set(summary["metrics"]["latency"]) == {"model_s", "sandbox_wall_s", "sandbox_cpu_s"}
+    for option, value, named in (("--policy", "nope", "registered: openai"),
+                                 ("--metric", "nope", "registered: latency, tokens")):  # fmt: skip
+        bad = [*cmd]
+        bad[bad.index(option) + 1] = value
+        refused = subprocess.run(bad, capture_output=True, text=True, timeout=120, env=env)
+        assert refused.returncode == 2 and named in refused.stderr, refused.stderr
