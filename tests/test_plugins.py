@@ -113,3 +113,33 @@ def test_eval_takes_a_policy_and_a_metric_by_name(tmp_path: Path) -> None:
         bad[bad.index(option) + 1] = value
         refused = subprocess.run(bad, capture_output=True, text=True, timeout=120, env=env)
         assert refused.returncode == 2 and named in refused.stderr, refused.stderr
+
+
+def _doc_blocks() -> dict[str, str]:
+    """The Python examples of docs/extending.md, by the file name each starts with."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
+    blocks = text.split("```python\n")[1:]
+    return {b.split("\n", 1)[0].lstrip("# ").strip(): b.split("```", 1)[0] for b in blocks}
+
+
+async def test_the_documented_examples_work() -> None:
+    """docs/extending.md's four examples, run as written, then used."""
+    from codegym.evals.runner import SampleResult
+    from codegym.policies import SamplingParams
+
+    blocks = _doc_blocks()
+    assert set(blocks) == {"my_tiers.py", "qa_format.py", "my_metrics.py", "echo_policy.py"}
+    for name, code in blocks.items():
+        if name == "qa_format.py" and "qa" in DATASET_FORMATS:
+            continue  # registered by the test above, the same way
+        assert len(code.splitlines()) <= 40, name
+        exec(compile(code, name, "exec"), {"__name__": name.removesuffix(".py")})
+    async with Sandbox(tier="niced", workers=1) as sb:
+        assert (await sb.run_python("import os; print(os.nice(0))")).stdout == "19\n"
+    failing = [SampleResult("t", i, "", False, "fail", "AssertionError: x", "") for i in range(3)]
+    got = METRICS.get("first_error")(failing)
+    assert got == {"line": "AssertionError: x", "samples": 3, "distinct": 1}
+    echo = make_policy("echo", model="echo", base_url=None, mode="completions", concurrency=1,
+                       api_key=None, tools=None, prefix="    return ")  # fmt: skip
+    (g,) = await echo.generate("def f():\n    x = 1\n", SamplingParams())
+    assert g.text == "    return     x = 1"
