@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Path, Request, Response
+from fastapi import APIRouter, FastAPI, HTTPException, Path, Request, Response
 
 from codegym.sandbox import (
     ExecResult,
@@ -58,7 +58,7 @@ class Deps:
 
 
 def add_kept_routes(
-    app: FastAPI,
+    app: FastAPI | APIRouter,
     *,
     prefix: str,
     param: str,
@@ -160,7 +160,7 @@ def add_kept_routes(
 
 
 def add_workspace_routes(
-    app: FastAPI,
+    app: FastAPI | APIRouter,
     *,
     sandbox: Sandbox,
     manager: SessionManager,
