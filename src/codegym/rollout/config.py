@@ -10,7 +10,7 @@ from codegym.errors import CodegymError
 from codegym.tasks import Task
 
 
-class RolloutError(CodegymError):
+class RolloutError(CodegymError, ValueError):
     """A rollout could not run (bad configuration); the message says the fix."""
 
 

@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
-from codegym.envs.env import Env, EnvInfraError, Message, Resources, Turn, make_env
+from codegym.envs.env import ENVS, Env, EnvError, EnvInfraError, Message, Resources, Turn, make_env
 from codegym.envs.tokens import TextTokenPolicy, Tokenizer, TokenPolicy
 from codegym.envs.trajectory import ModelTurn, Trajectory, task_to_record
 from codegym.errors import CodegymError
 from codegym.policies.errors import PolicyError
 from codegym.policies.policy import Generation, Policy, SamplingParams
+from codegym.rollout.config import RolloutError
 from codegym.rollout.tracker import EpisodeTracker
 from codegym.tasks import Task, is_infra
 from codegym.telemetry.tracing import span
@@ -60,6 +61,24 @@ class EnvSpec:
 
     def make(self, resources: Resources) -> Env:
         return make_env(self.name, resources, **self.options)
+
+    def check(self) -> None:
+        """Refuse an unknown env or option now, before any episode (every executor calls
+        this, so the same bad spec is the same ``EnvError`` wherever episodes would run).
+
+        Raises:
+            EnvError: the env is not registered, or an option is not one of its own.
+        """
+        cls = ENVS.get(self.name)
+        if cls is None:
+            make_env(self.name, Resources())  # raises, naming the registered envs
+            return
+        unknown = set(self.options) - set(cls.defaults)
+        if unknown:
+            raise EnvError(
+                f"env {self.name!r}: unknown option(s) {sorted(unknown)}; "
+                f"known: {sorted(cls.defaults)}"
+            )
 
 
 class Executor(Protocol):
@@ -98,15 +117,16 @@ class LocalExecutor:
         version: Any = None,
     ) -> None:
         if prompt not in ("chat", "completions"):
-            raise ValueError(f"prompt={prompt!r}: use 'chat' or 'completions'")
+            raise RolloutError(f"prompt={prompt!r}: use 'chat' or 'completions'")
+        env.check()
         if tokenizer is not None and not isinstance(policy, TokenPolicy):
             # A native generate_tokens (OpenAIPolicy, local models) is exact; a text-only
             # policy gets the decode-the-prompt adapter, which refuses when it cannot be.
             if not isinstance(policy, Policy):
-                raise ValueError("token mode (a tokenizer) needs a policy with generate_tokens")
+                raise RolloutError("token mode (a tokenizer) needs a policy with generate_tokens")
             policy = TextTokenPolicy(policy, tokenizer)
         if tokenizer is None and not isinstance(policy, Policy):
-            raise ValueError(
+            raise RolloutError(
                 f"policy {type(policy).__name__} has no generate(); give it one, or pass a "
                 "tokenizer to run token mode through its generate_tokens()"
             )

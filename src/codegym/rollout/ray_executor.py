@@ -61,7 +61,7 @@ from typing import Any
 import ray
 import ray.exceptions
 
-from codegym.envs.env import Resources
+from codegym.envs.env import ENVS, Resources
 from codegym.envs.tokens import Tokenizer, TokenPolicy
 from codegym.envs.trajectory import Trajectory
 from codegym.policies.policy import Policy, SamplingParams
@@ -268,6 +268,8 @@ class RayExecutor:
     ) -> None:
         if prompt not in ("chat", "completions"):
             raise RolloutError(f"prompt={prompt!r}: use 'chat' or 'completions'")
+        if worker_setup is None or env.name in ENVS:  # else it registers in the actors
+            env.check()
         if not callable(policy_factory):
             raise RolloutError(
                 "RayExecutor needs a policy *factory* (a live client cannot cross processes): "
