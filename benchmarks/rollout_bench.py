@@ -13,7 +13,10 @@ ideal is concurrency ÷ latency), side by side per latency:
 2. ``http``: ``OpenAIPolicy`` against the fake OpenAI server in its own process (loopback,
    fixed latency, no concurrency cap); client and server CPU per episode are both shown.
 3. ``http+10%faults``: the same with 10% of requests failing (500s, dropped connections,
-   hangs cut by the policy timeout); every episode must be accounted for.
+   hangs cut by the policy timeout), hedging off: every episode must be accounted for.
+4. ``http+10%faults+hedge``: the same faults with ``OpenAIPolicy``'s hedging on (a second
+   copy of a request still unanswered 1.5x the 95th percentile of recent latencies after
+   it was sent), against the same fault-free run.
 
 ``cpu_cap/s`` is what the CPUs allow: cores ÷ (client + server CPU per episode). When it is
 below the ideal, the machine, not the engine, is the limit (at 50 ms latency and 512 in
@@ -40,7 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 from codegym.envs import Env, Message, Resources, StepResult, Turn, register
-from codegym.policies import Generation, OpenAIPolicy, Retry, SamplingParams
+from codegym.policies import Generation, Hedge, OpenAIPolicy, Retry, SamplingParams
 from codegym.rollout import EnvSpec, LocalExecutor, RolloutConfig, RolloutEngine
 from codegym.tasks import IOCase, Task
 
@@ -169,7 +172,7 @@ def serve(latency: float, fault_rate: float, seed: int) -> None:
         threading.Event().wait()
 
 
-def _policy(url: str, latency: float, concurrency: int) -> OpenAIPolicy:
+def _policy(url: str, latency: float, concurrency: int, hedge: Hedge | None) -> OpenAIPolicy:
     # Twice the latency: a hang is cut soon, a slow-but-healthy answer on a loaded box is not.
     return OpenAIPolicy(
         url,
@@ -178,6 +181,7 @@ def _policy(url: str, latency: float, concurrency: int) -> OpenAIPolicy:
         concurrency=concurrency,
         timeout_s=max(2 * latency, latency + 0.5),
         retry=Retry(attempts=3, base_s=0.05, max_s=0.5),
+        hedge=hedge,
     )
 
 
@@ -202,16 +206,22 @@ class _Server:
 
 
 def http_run(
-    latency: float, fault_rate: float, episodes: int, concurrency: int, group: int
+    latency: float,
+    fault_rate: float,
+    episodes: int,
+    concurrency: int,
+    group: int,
+    hedge: Hedge | None = None,
 ) -> dict[str, Any]:
     srv = _Server(latency, fault_rate)
     try:
 
         async def go() -> dict[str, Any]:
-            async with _policy(srv.url, latency, concurrency) as policy:
+            async with _policy(srv.url, latency, concurrency, hedge) as policy:
                 s0 = srv.cpu_s()
                 row = await _run(policy, episodes, concurrency, group)
                 row["server_cpu_ms"] = round(1000 * (srv.cpu_s() - s0) / episodes, 3)
+                row["hedges"], row["hedge_wins"] = policy.hedges, policy.hedge_wins
                 return row
 
         return asyncio.run(go())
@@ -224,13 +234,19 @@ def throughput(a: argparse.Namespace) -> list[dict[str, Any]]:
     cores = os.cpu_count() or 1
     for latency in a.latency:
         ideal = a.concurrency / latency
-        runs: dict[str, list[dict[str, Any]]] = {"engine": [], "http": [], "http+10%faults": []}
+        runs: dict[str, list[dict[str, Any]]] = {
+            "engine": [], "http": [], "http+10%faults": [], "http+10%faults+hedge": []
+        }  # fmt: skip
+        hedge = Hedge(factor=1.5)
         for _ in range(a.repeat):
             engine = asyncio.run(_run(SleepPolicy(latency), a.episodes, a.concurrency, a.group))
             runs["engine"].append(engine)
             runs["http"].append(http_run(latency, 0.0, a.episodes, a.concurrency, a.group))
             runs["http+10%faults"].append(
                 http_run(latency, 0.10, a.episodes, a.concurrency, a.group)
+            )
+            runs["http+10%faults+hedge"].append(
+                http_run(latency, 0.10, a.episodes, a.concurrency, a.group, hedge)
             )
         for name, reps in runs.items():
             row = dict(min(reps, key=lambda r: abs(r["episodes_per_s"] - _med(reps))))
@@ -243,9 +259,10 @@ def throughput(a: argparse.Namespace) -> list[dict[str, Any]]:
             cpu = row["client_cpu_ms"] + row.get("server_cpu_ms", 0.0)
             row["cpu_cap_per_s"] = round(cores * 1000 / cpu) if cpu else None
             rows.append(row)
-        free, faulty = rows[-2], rows[-1]
-        faulty["of_fault_free"] = round(faulty["episodes_per_s"] / free["episodes_per_s"], 3)
-        faulty["steady_of_fault_free"] = round(faulty["steady_per_s"] / free["steady_per_s"], 3)
+        free = rows[-3]
+        for faulty in rows[-2:]:
+            faulty["of_fault_free"] = round(faulty["episodes_per_s"] / free["episodes_per_s"], 3)
+            faulty["steady_of_fault_free"] = round(faulty["steady_per_s"] / free["steady_per_s"], 3)
     return rows
 
 

@@ -1,0 +1,81 @@
+"""Fixed costs a user waits on: ``codegym --help`` and ``codegym score`` on one sample (start-up,
+imports, the pool's start, one sandbox run, the results written), this tree against a
+baseline tree side by side, medians of ``--reps`` runs each, interleaved.
+
+    .venv/bin/python benchmarks/startup_bench.py --baseline /tmp/old/src
+
+``--baseline`` is the ``src`` folder of another checkout (e.g. ``git worktree add /tmp/old
+db5371b``); both run with this venv's interpreter, so only the code differs. Also prints
+the import time of the ``score`` command's module (``python -X importtime``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1] / "src"
+RUN = "import sys; sys.argv[0] = 'codegym'; from codegym.cli import main; main()"
+
+
+def _time(src: Path, args: list[str]) -> float:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", RUN, *args], env=env, capture_output=True)
+    dt = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{src}: {args} failed: {done.stderr.decode()[-800:]}")
+    return dt
+
+
+def _import_ms(src: Path, module: str) -> float:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    for line in done.stderr.splitlines():
+        m = re.match(r"import time:\s+\d+ \|\s+(\d+) \| +(\S+)$", line)
+        if m and m.group(2) == module:
+            return int(m.group(1)) / 1000
+    return float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--baseline", type=Path, required=True, help="src/ of the baseline tree")
+    ap.add_argument("--reps", type=int, default=10)
+    a = ap.parse_args()
+    from codegym.tasks import load_humaneval
+
+    task = load_humaneval()[0]
+    tmp = Path(tempfile.mkdtemp(prefix="startup-bench-"))
+    samples = tmp / "one.jsonl"
+    samples.write_text(json.dumps({"task_id": task.id, "completion": task.reference}) + "\n")
+    score = ["score", str(samples), "--out", str(tmp / "r.jsonl"), "--no-store", "--json"]
+    cases = {"codegym --help": ["--help"], "codegym score, 1 sample": score}
+    print(f"load average {os.getloadavg()[0]:.1f}; {a.reps} runs each, interleaved")
+    print(f"| command | baseline ({a.baseline}) | this tree | ratio |\n|---|---|---|---|")
+    for name, args in cases.items():
+        base, mine = [], []
+        for _ in range(a.reps):
+            base.append(_time(a.baseline, args))
+            mine.append(_time(HERE, args))
+        b, m = statistics.median(base), statistics.median(mine)
+        print(f"| {name} | {b:.3f} s | {m:.3f} s | {b / m:.1f}x |")
+    mod = "codegym.cli.score_cmd"
+    print(
+        f"| import {mod} | {_import_ms(a.baseline, mod):.0f} ms | {_import_ms(HERE, mod):.0f} ms | |"
+    )
+
+
+if __name__ == "__main__":
+    main()
