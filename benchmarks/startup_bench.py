@@ -72,9 +72,8 @@ def main() -> None:
         b, m = statistics.median(base), statistics.median(mine)
         print(f"| {name} | {b:.3f} s | {m:.3f} s | {b / m:.1f}x |")
     mod = "codegym.cli.score_cmd"
-    print(
-        f"| import {mod} | {_import_ms(a.baseline, mod):.0f} ms | {_import_ms(HERE, mod):.0f} ms | |"
-    )
+    base_ms, mine_ms = _import_ms(a.baseline, mod), _import_ms(HERE, mod)
+    print(f"| import {mod} | {base_ms:.0f} ms | {mine_ms:.0f} ms | |")
 
 
 if __name__ == "__main__":
