@@ -35,7 +35,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-import duckdb
+if TYPE_CHECKING:  # imported when a store is opened (~0.15 s): not by every command
+    import duckdb
 
 from codegym.store import _convert as C
 from codegym.store import _schema
@@ -100,6 +101,8 @@ class Store:
     # -- lifecycle -----------------------------------------------------------------
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
+        import duckdb
+
         if str(self.path) == MEMORY:
             return duckdb.connect(MEMORY)
         path = self.path
