@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # lower number, lower layer (DESIGN.md "Layers"); a package may import only ranks <= its own
 RANK = {
-    "_root": 0, "_lazy": 0, "errors": 0,
+    "_root": 0, "_lazy": 0, "_registry": 0, "errors": 0,
     "store": 1, "telemetry": 1,
     "sandbox": 2,
     "tasks": 3,

@@ -19,27 +19,19 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
-from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    ConsoleSpanExporter,
-    SimpleSpanProcessor,
-    SpanExporter,
-    SpanExportResult,
-)
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
+
+if TYPE_CHECKING:  # the SDK loads when tracing is configured, not with every import
+    from opentelemetry.sdk.trace import TracerProvider
 
 from codegym.errors import CodegymError
 
@@ -55,67 +47,6 @@ _tracer: trace.Tracer | None = None
 
 class TracingConfigError(CodegymError, ValueError):
     """``configure_tracing`` was given an unknown exporter or an unusable path."""
-
-
-def span_to_dict(s: ReadableSpan) -> dict[str, object]:
-    """The JSON-lines record of one span: ids in hex, times in Unix nanoseconds."""
-    ctx = s.get_span_context()
-    parent = s.parent
-    return {
-        "name": s.name,
-        "trace_id": f"{ctx.trace_id:032x}" if ctx else None,
-        "span_id": f"{ctx.span_id:016x}" if ctx else None,
-        "parent_span_id": f"{parent.span_id:016x}" if parent else None,
-        "kind": s.kind.name,
-        "start_ns": s.start_time,
-        "end_ns": s.end_time,
-        "duration_ms": (s.end_time - s.start_time) / 1e6
-        if s.end_time is not None and s.start_time is not None
-        else None,
-        "status": s.status.status_code.name,
-        "status_message": s.status.description,
-        "attributes": dict(s.attributes or {}),
-        "events": [
-            {"name": e.name, "time_ns": e.timestamp, "attributes": dict(e.attributes or {})}
-            for e in s.events
-        ],
-        "service": s.resource.attributes.get("service.name"),
-    }
-
-
-class JsonlSpanExporter(SpanExporter):
-    """Appends each finished span as one JSON line to ``path`` (created with its parents)."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # Line-buffered append: a crash loses at most the batch in memory, and two runs
-            # writing the same file interleave whole lines.
-            self._file = self.path.open("a", encoding="utf-8", buffering=1)
-        except OSError as e:
-            raise TracingConfigError(
-                f"cannot write traces to {self.path}: {e.strerror or e}; pass another path"
-            ) from e
-        self._lock = threading.Lock()
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        lines = "".join(json.dumps(span_to_dict(s), default=str) + "\n" for s in spans)
-        with self._lock:
-            if self._file.closed:
-                return SpanExportResult.FAILURE
-            self._file.write(lines)
-        return SpanExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        with self._lock:
-            if not self._file.closed:
-                self._file.flush()
-        return True
-
-    def shutdown(self) -> None:
-        with self._lock:
-            self._file.close()
 
 
 def configure_tracing(
@@ -152,6 +83,16 @@ def configure_tracing(
         )
     provider: TracerProvider | None = None
     if exporter != "none":
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            ConsoleSpanExporter,
+            SimpleSpanProcessor,
+        )
+
+        from codegym.telemetry._jsonl import JsonlSpanExporter
+
         provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
         if exporter == "file":
             provider.add_span_processor(
