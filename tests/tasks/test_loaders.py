@@ -24,7 +24,7 @@ from codegym.tasks import (
     register_manifest,
     score,
 )
-from codegym.tasks.loaders import SynthSpec, parse_synth_spec
+from codegym.tasks.loaders import SynthSpec, parse_jsonl, parse_synth_spec
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = {
@@ -419,3 +419,28 @@ def test_bad_manifest_is_explained(tmp_path: Path, doc: str, message: str) -> No
     (tmp_path / "m.json").write_text(doc)
     with pytest.raises(DatasetError, match=message):
         register_manifest(tmp_path / "m.json")
+
+
+MBPP_56 = {
+    "task_id": 56,
+    "text": "Write a python function to check if a given number is one less than twice its "
+    "reverse.",
+    "code": "def rev(num):\n    rev_num = 0\n    while (num > 0):\n        rev_num = (rev_num * 10 "
+    "+ num % 10)\n        num = num // 10\n    return rev_num\ndef check(n):\n    return (2 * "
+    "rev(n) == n + 1)",
+    "test_list": ["assert check(70) == False", "assert check(23) == False",
+                  "assert check(73) == True"],
+}  # fmt: skip
+
+
+async def test_a_task_whose_function_is_called_check_is_judged_by_its_own_tests(
+    sandbox: Sandbox,
+) -> None:
+    """MBPP/56 names its function ``check``, the name of the test's own function: the
+    reference once failed (the test's check hid the program's and called itself)."""
+    (task,) = list(parse_jsonl((json.dumps(MBPP_56) + "\n").encode(), source="m", name="m"))
+    assert task.entry_point == "check"
+    good = await score(sandbox, task, task.reference)
+    assert good.passed, (good.outcome, good.detail)
+    wrong = task.reference.replace("n + 1", "n - 1")
+    assert not (await score(sandbox, task, wrong)).passed

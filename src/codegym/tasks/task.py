@@ -20,6 +20,10 @@ from codegym.sandbox import AssertTest, IOTest, Limits
 Compare = Literal["exact", "tokens", "float"]
 
 
+_OWN_CHECK = "__codegym_check__"
+"""What the test's ``check`` is called when the task's function is itself ``check``."""
+
+
 @dataclass(frozen=True)
 class IOCase:
     """One stdin/stdout test case."""
@@ -108,7 +112,13 @@ class Task:
             )
         root = re.match(r"[A-Za-z_]\w*", self.entry_point)
         names = (root.group(0),) if root else ()
-        code = f"{self.test}\n\n{self.check_call()}\n"
+        test, call = self.test, self.check_call()
+        if names == ("check",):
+            # the task's own function is called check (MBPP/56): the test's check() would
+            # hide it (and call itself); the test's gets a name no program is judged by
+            test = re.sub(r"^def check\(", f"def {_OWN_CHECK}(", test, flags=re.M)
+            call = f"{_OWN_CHECK}({self.entry_point})"
+        code = f"{test}\n\n{call}\n"
         return [AssertTest(code, setup=self._judge_setup, program=names)]
 
     @cached_property
