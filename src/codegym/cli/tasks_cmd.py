@@ -32,8 +32,12 @@ def synth(
     combined: Annotated[float, typer.Option(help="Share of mutants with 2-3 bugs combined.")] = 0.2,
     timeout_s: Annotated[float, typer.Option(help="Suite time limit (CPU seconds).")] = 60.0,
     gold_runs: Annotated[
-        int, typer.Option(help="Gradings of each gold patch that must all resolve (0: none).")
-    ] = 3,
+        int,
+        typer.Option(
+            help="Gradings of each gold patch that must all resolve (0: none; its tree is "
+            "the clean tree, which passed every clean run already)."
+        ),
+    ] = 1,
     aimed: Annotated[
         bool, typer.Option(help="Aim mutants at code the tests run (one traced clean run).")
     ] = True,
