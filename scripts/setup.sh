@@ -14,6 +14,7 @@ command -v git >/dev/null || need_pkgs+=(git)  # git sources of images; diffs in
 command -v gcc >/dev/null || need_pkgs+=(gcc)
 command -v node >/dev/null || need_pkgs+=(nodejs)
 command -v chromium >/dev/null || need_pkgs+=(chromium)  # renders HTML reports in tests
+command -v promtool >/dev/null || need_pkgs+=(prometheus)  # rules/alerts checked, dashboard queried live in tests
 [ -e /usr/lib/x86_64-linux-gnu/libseccomp.so.2 ] || [ -e /usr/lib/aarch64-linux-gnu/libseccomp.so.2 ] || need_pkgs+=(libseccomp2)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
