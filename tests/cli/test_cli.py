@@ -53,6 +53,25 @@ def test_score_stops_on_bad_line_when_asked(tmp_path: Path) -> None:
     assert r.returncode == 2 and "s.jsonl:1" in r.stderr
 
 
+def test_score_takes_a_suite_file(tmp_path: Path) -> None:
+    """``--suite`` takes what ``eval`` takes: here an MBPP-format JSONL file."""
+    suite = tmp_path / "mine.jsonl"
+    row = {"task_id": 7, "text": "Add two numbers.", "code": "def add(a, b):\n    return a + b",
+           "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0"]}  # fmt: skip
+    suite.write_text(json.dumps(row) + "\n")
+    samples = tmp_path / "s.jsonl"
+    right, wrong = "def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a - b\n"
+    samples.write_text("".join(
+        json.dumps({"task_id": "7", "completion": c}) + "\n" for c in (right, wrong)
+    ))  # fmt: skip
+    out = tmp_path / "o.jsonl"
+    r = run("score", "--suite", str(suite), str(samples), "--out", str(out), "--no-store")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["passed"] for x in out.read_text().splitlines()] == [True, False]
+    r = run("score", "--suite", str(tmp_path / "none.jsonl"), str(samples), "--out", str(out))
+    assert r.returncode == 2 and "none.jsonl" in r.stderr
+
+
 @pytest.mark.slow
 def test_demo_runs_the_whole_loop_and_gates(tmp_path: Path) -> None:
     """A short demo (2 GRPO steps, 2 held-out samples per task): every stage runs and

@@ -17,16 +17,13 @@ from codegym.evals.rundir import build_summary
 from codegym.evals.runner import Runner, RunnerConfig, SampleResult
 from codegym.sandbox import HostUnsupported
 from codegym.store import DictCache, Store
-from codegym.tasks import DatasetError, Task, load_humaneval
-
-SUITES = ("humaneval",)
+from codegym.tasks import DatasetError, Task, load_suite
 
 
-def _load_suite(name: str) -> dict[str, Task]:
-    if name not in SUITES:
-        fail(f"unknown suite {name!r}; available: {', '.join(SUITES)}")
+def _load_suite(spec: str) -> dict[str, Task]:
+    """Every suite ``eval`` takes (names, ``synth:``, JSONL paths), keyed by task id."""
     try:
-        return {t.id: t for t in load_humaneval()}
+        return {t.id: t for t in load_suite(spec)}
     except DatasetError as e:
         fail(str(e))
 
@@ -85,7 +82,9 @@ async def _score_all(
 def score(
     samples_file: Annotated[Path, typer.Argument(help="JSONL with task_id and completion.")],
     out: Annotated[Path, typer.Option(help="Where to write per-sample results (JSONL).")],
-    suite: Annotated[str, typer.Option(help="Benchmark suite.")] = "humaneval",
+    suite: Annotated[
+        str, typer.Option(help="Suite name (humaneval, synth:...) or JSONL path.")
+    ] = "humaneval",
     tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor, process.")] = "jail",
     workers: Annotated[int | None, typer.Option(help="Sandbox workers (default: CPUs).")] = None,
     sandbox_url: Annotated[
