@@ -241,15 +241,7 @@ class RemoteSandbox:
     ) -> ExecResult:
         """Run a Python program; see ``Sandbox.run_python`` (``workspace``: an image
         reference in the service's cache: a fresh workspace of it)."""
-        limits = _limits(limits)
-        req = RunRequest(
-            code=_code(code),
-            argv=list(argv or []),
-            stdin=encode_data(stdin),
-            files=_files(files),
-            limits=LimitsModel.of(limits),
-            workspace=workspace,
-        )
+        req, limits = _run_request(code, None, argv, stdin, files, limits, workspace)
         return await self._exec(RUN, req, limits.wall)
 
     async def run(
@@ -262,14 +254,7 @@ class RemoteSandbox:
         workspace: str | None = None,
     ) -> ExecResult:
         """Run a command; see ``Sandbox.run`` (``workspace`` as for ``run_python``)."""
-        limits = _limits(limits)
-        req = RunRequest(
-            command=_command(command),
-            stdin=encode_data(stdin),
-            files=_files(files),
-            limits=LimitsModel.of(limits),
-            workspace=workspace,
-        )
+        req, limits = _run_request(None, command, None, stdin, files, limits, workspace)
         return await self._exec(RUN, req, limits.wall)
 
     async def run_tests(
@@ -523,14 +508,7 @@ class RemoteSession:
         limits: Limits | None = None,
         argv: Sequence[str] | None = None,
     ) -> ExecResult:
-        limits = _limits(limits)
-        req = RunRequest(
-            code=_code(code),
-            argv=list(argv or []),
-            stdin=encode_data(stdin),
-            files=_files(files),
-            limits=LimitsModel.of(limits),
-        )
+        req, limits = _run_request(code, None, argv, stdin, files, limits)
         return await self._remote._exec(
             f"{self._base}/{self.id}/exec", req, limits.wall, self._pinned()
         )
@@ -543,13 +521,7 @@ class RemoteSession:
         files: Mapping[str, Text] | None = None,
         limits: Limits | None = None,
     ) -> ExecResult:
-        limits = _limits(limits)
-        req = RunRequest(
-            command=_command(command),
-            stdin=encode_data(stdin),
-            files=_files(files),
-            limits=LimitsModel.of(limits),
-        )
+        req, limits = _run_request(None, command, None, stdin, files, limits)
         return await self._remote._exec(
             f"{self._base}/{self.id}/exec", req, limits.wall, self._pinned()
         )
@@ -603,6 +575,30 @@ class RemoteWorkspace(RemoteSession):
         if isinstance(answer, _Failure):
             raise SandboxError(f"could not freeze workspace {self.id}: {answer.reason}")
         return Frozen.model_validate_json(answer[1].content).image
+
+
+def _run_request(
+    code: Text | None,
+    command: str | Sequence[str] | None,
+    argv: Sequence[str] | None,
+    stdin: Text,
+    files: Mapping[str, Text] | None,
+    limits: Limits | None,
+    workspace: str | None = None,
+) -> tuple[RunRequest, Limits]:
+    """The one place a ``RunRequest`` is built (a program or a command, in the service's
+    sandbox or a session's), with the limits it runs under."""
+    limits = _limits(limits)
+    req = RunRequest(
+        code=None if code is None else _code(code),
+        command=None if command is None else _command(command),
+        argv=list(argv or []),
+        stdin=encode_data(stdin),
+        files=_files(files),
+        limits=LimitsModel.of(limits),
+        workspace=workspace,
+    )
+    return req, limits
 
 
 def _limits(limits: Limits | None) -> Limits:
