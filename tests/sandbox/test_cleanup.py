@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from textwrap import dedent
 
@@ -22,6 +21,7 @@ import pytest
 
 from codegym.sandbox import Sandbox, _cgroups
 from codegym.sandbox.tiers import working_tiers
+from codegym.testing import await_until
 
 OWNER = dedent("""
     import asyncio, sys
@@ -40,8 +40,7 @@ OWNER = dedent("""
         code = "def f():\\n    while True:\\n        pass\\n"
         busy += [asyncio.create_task(
             pools[0].run_tests(code, [AssertTest("assert f()")], limits=lim))]
-        await asyncio.sleep(1.0)
-        print("ready", flush=True)
+        print("ready", flush=True)  # the test waits until the runs have started
         await asyncio.gather(*busy)
 
     asyncio.run(main())
@@ -81,16 +80,17 @@ async def test_a_killed_owner_leaves_nothing_once_a_pool_starts() -> None:
         assert owner.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(owner.stdout.readline), 120)
         assert line == b"ready\n", owner.stderr.read() if owner.stderr else b""
-        before = _left_by(owner.pid)
-        assert before["processes"] and before["cgroups"] and before["temp"], before
+        # every tier's runs have started: processes, cgroups and temp files exist
+        await await_until(
+            lambda: all(_left_by(owner.pid).values()), timeout=60, what="the owner's runs"
+        )
     finally:
         owner.send_signal(signal.SIGKILL)
         owner.wait()
     # its processes die with it; allow a busy host time for the kills to land
-    deadline = time.monotonic() + 30
-    while _left_by(owner.pid)["processes"] and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert _left_by(owner.pid)["processes"] == []
+    await await_until(
+        lambda: not _left_by(owner.pid)["processes"], timeout=30, what="the owner's processes dying"
+    )
     async with Sandbox(workers=1):  # a next pool sweeps what no process could remove
         pass
     assert _left_by(owner.pid) == {"processes": [], "cgroups": [], "temp": []}

@@ -6,7 +6,6 @@ replace workers make their own.
 
 from __future__ import annotations
 
-import asyncio
 import glob
 import subprocess
 from collections.abc import AsyncIterator
@@ -150,7 +149,8 @@ async def test_pool_survives_a_crashed_worker() -> None:
         names = [worker.spec.name]
         assert worker.proc is not None
         worker.proc.kill()  # the whole runsc sandbox dies with it
-        await asyncio.sleep(0.2)
+        # the pool sees a dead worker (not one it could race a request into)
+        await await_until(lambda: not worker.alive, timeout=30, what="the killed worker dead")
         r = await sb.run_python("print('back')")
         assert r.verdict == Verdict.OK and r.stdout == "back\n" and sb.recycles == 1
         r = await sb.run_python("import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('x')")

@@ -13,6 +13,7 @@ from service_support import AUTH, TOKEN, service_process
 
 from codegym.sandbox import Limits, Verdict
 from codegym.service import RemoteSandbox, ServiceRetry
+from codegym.testing import await_until
 
 
 def _rss_mb(pid: int) -> float:
@@ -28,12 +29,23 @@ async def test_sigterm_drains_running_work_then_exits() -> None:
         async with httpx.AsyncClient(base_url=svc.url, headers=AUTH, timeout=30) as http:
             slow = {"code": "import time; time.sleep(1.5); print('done')", "limits": {"cpu_s": 1}}
             running = asyncio.create_task(http.post("/v1/run", json=slow))
-            await asyncio.sleep(0.4)  # it is running now
+
+            async def answering() -> bool:
+                metrics = (await http.get("/metrics")).text
+                return "codegym_service_in_flight 1.0" in metrics
+
+            await await_until(answering, timeout=30, what="the slow run in flight")
             svc.proc.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.2)
-            with pytest.raises(httpx.TransportError):  # no new connection is accepted
-                async with httpx.AsyncClient(base_url=svc.url, headers=AUTH) as fresh:
-                    await fresh.post("/v1/run", json={"code": "print(1)"})
+
+            async def refused() -> bool:  # no new connection is accepted once it drains
+                try:
+                    async with httpx.AsyncClient(base_url=svc.url, headers=AUTH) as fresh:
+                        await fresh.post("/v1/run", json={"code": "print(1)"})
+                except httpx.TransportError:
+                    return True
+                return False
+
+            await await_until(refused, timeout=10, what="new connections refused")
             r = await running
         assert r.status_code == 200 and r.json()["stdout"] == "done\n", r.text
         assert await asyncio.to_thread(svc.proc.wait, 20) == 0
