@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from codegym.policies.policy import Prompt
 from codegym.sandbox import Sandbox
 from codegym.store import DictCache, Store
 from codegym.tasks import Task, load_humaneval
+from codegym.testing import wait_until
 from codegym.testing.fake_openai import FakeOpenAIServer
 
 CODEGYM = str(Path(sys.executable).parent / "codegym")
@@ -130,11 +130,23 @@ def test_score_killed_midway_resumes_without_loss_or_duplicates(tmp_path: Path) 
     env = {**os.environ, "CODEGYM_STORE": str(tmp_path / "store.duckdb")}
     cmd = [CODEGYM, "score", str(samples), "--out", str(tmp_path / "r.jsonl"), "--json"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(5.0)  # CLI start-up + part of the 1,312 samples
+    # killed once results have been committed: the write-ahead log has grown past the
+    # size the tables' creation left it at (a commit appends to it; nothing checkpoints)
+    wal = tmp_path / "store.duckdb.wal"
+    sizes: set[int] = set()
+
+    def committed() -> bool:
+        assert proc.poll() is None, "the run finished before it could be killed"
+        if wal.exists():
+            sizes.add(wal.stat().st_size)
+        return len(sizes - {0}) >= 3
+
+    wait_until(committed, timeout=120, what="a few batches of scores committed")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     with Store(tmp_path / "store.duckdb", read_only=True) as store:
         partial = store.counts()["scores"]
+    assert 0 < partial < 656, partial  # killed midway, with something to reuse
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
