@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -26,6 +27,17 @@ console = Console(stderr=True)
 def fail(message: str, code: int = 2) -> NoReturn:
     console.print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(code)
+
+
+def json_object(text: str, option: str) -> dict[str, Any]:
+    """The JSON object an option like ``--env-options`` was given; else a clear exit 2."""
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        fail(f"{option} {text!r}: give a JSON object ({e})")
+    if not isinstance(value, dict):
+        fail(f"{option} {text!r}: give a JSON object, not {type(value).__name__}")
+    return value
 
 
 @contextmanager

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from codegym.cli._common import (
     console,
     fail,
     finish_in_store,
+    json_object,
     mlflow_run,
     open_sandbox,
     open_store,
@@ -140,7 +140,7 @@ def eval_(
             concurrency=model_concurrency,
             api_key=api_key or os.environ.get("OPENAI_API_KEY"),
             tools=_env_tools(env) if mode == "chat" else None,
-            **_json_object(policy_options, "--policy-options"),
+            **json_object(policy_options, "--policy-options"),
         )
     except (DatasetError, ValueError, PolicyError, UnknownName) as e:
         fail(str(e))
@@ -236,13 +236,7 @@ def _env_spec(env: str, options: str) -> EnvSpec:
     """The env of ``--env``, its options checked (a JSON object)."""
     if env not in ENVS:
         fail(f"--env {env!r}: not registered; known: {', '.join(sorted(ENVS))}")
-    try:
-        parsed = json.loads(options)
-        if not isinstance(parsed, dict):
-            raise ValueError("not an object")
-    except ValueError as e:
-        fail(f"--env-options {options!r}: give a JSON object ({e})")
-    return EnvSpec(env, parsed)
+    return EnvSpec(env, json_object(options, "--env-options"))
 
 
 def _env_tools(env: str | None) -> list[dict[str, Any]] | None:
@@ -311,13 +305,3 @@ def _check_metrics(names: list[str] | None) -> None:
             METRICS.get(name)
         except UnknownName as e:
             fail(f"--metric {name}: {e}")
-
-
-def _json_object(text: str, option: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        fail(f"{option} {text!r}: give a JSON object ({e})")
-    if not isinstance(value, dict):
-        fail(f"{option} {text!r}: give a JSON object")
-    return value

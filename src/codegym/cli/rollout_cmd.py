@@ -28,6 +28,7 @@ from codegym.cli._common import (
     MetricsPortOption,
     TraceFileOption,
     fail,
+    json_object,
     mlflow_run,
     open_store,
     start_telemetry,
@@ -129,12 +130,7 @@ def rollout(
         fail(
             f"--env {env!r}: not registered; known: {', '.join(sorted(ENVS))} (or pass --env-file)"
         )
-    try:
-        options = json.loads(env_options)
-        if not isinstance(options, dict):
-            raise ValueError("not an object")
-    except ValueError as e:
-        fail(f"--env-options {env_options!r}: give a JSON object ({e})")
+    options = json_object(env_options, "--env-options")
     if mode not in ("chat", "completions"):
         fail(f"--mode {mode!r}: use chat or completions")
     try:
