@@ -118,7 +118,11 @@ async def test_a_lost_node_without_room_for_a_replacement_does_not_hang(
             run = asyncio.ensure_future(asyncio.wait_for(go(), 180))
             await await_until(lambda: ex._busy[lost] >= 4, timeout=60, what="work on the node")
             c.remove_node(worker, allow_graceful=False)
-            groups = await run
+            groups = await run  # the live actor ran the lost one's episodes meanwhile
+            # and the replacement, which no node has room for, is given up within its bound
+            await await_until(
+                lambda: ex.stats["slots_retired"] == 1, timeout=60, what="the slot retired"
+            )
             stats = dict(ex.stats)
     s = engine.stats.summary()
     assert s["requested"] == s["scored"] + s["excluded_total"] == 32, s
