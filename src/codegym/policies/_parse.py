@@ -12,14 +12,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from codegym.errors import CodegymError
 from codegym.policies.policy import Generation
 
 Mode = Literal["completions", "chat"]
 _TOKEN_ID_PREFIX = "token_id:"
 
 
-class BadResponse(ValueError):
+class BadResponse(CodegymError, ValueError):
     """The body is not an OpenAI-compatible answer."""
+
+    exit_code = 3
 
 
 def _int_tuple(value: Any, what: str) -> tuple[int, ...] | None:

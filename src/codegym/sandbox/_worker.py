@@ -12,6 +12,7 @@ import signal
 import struct
 from typing import Any
 
+from codegym.errors import CodegymError
 from codegym.sandbox.tier import Launch, Tier, WorkerSpec
 
 _HDR = struct.Struct(">I")
@@ -21,8 +22,10 @@ _MAX_FRAME = 256 << 20
 START_TIMEOUT_S = 30.0
 
 
-class WorkerCrashed(Exception):
+class WorkerCrashed(CodegymError):
     """The worker died, hung or broke protocol: our fault, never the program's."""
+
+    exit_code = 3
 
 
 def encode(header: dict[str, Any], blobs: list[bytes]) -> bytes:

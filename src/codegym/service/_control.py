@@ -23,19 +23,23 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+from codegym.errors import CodegymError
+
 Reply = tuple[int, bytes]
 """An HTTP status and a JSON body."""
 
 
-class Overloaded(Exception):
+class Overloaded(CodegymError):
     """The admission queue is full."""
+
+    exit_code = 3
 
     def __init__(self, retry_after_s: int) -> None:
         super().__init__(f"the sandbox service is at capacity; retry in {retry_after_s} s")
         self.retry_after_s = retry_after_s
 
 
-class KeyReused(Exception):
+class KeyReused(CodegymError):
     """An Idempotency-Key came back with a different request."""
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from prometheus_client import Gauge
 
+from codegym.errors import CodegymError
 from codegym.sandbox import Session
 from codegym.service import _metrics as m
 
@@ -31,11 +32,11 @@ SessionFactory = Callable[[int], Session]
 """Makes an unstarted session with the given workspace size in MB."""
 
 
-class SessionLimit(Exception):
+class SessionLimit(CodegymError):
     """Too many sessions are open."""
 
 
-class UnknownSession(KeyError):
+class UnknownSession(CodegymError, KeyError):
     """No open session has this id (never existed, closed, or expired)."""
 
 
