@@ -253,6 +253,33 @@ def test_missing_file_and_unknown_format_are_clear(tmp_path: Path) -> None:
         load_jsonl(FIXTURES["mbpp"], format="xml")
 
 
+# the shapes of EvalPlus's releases (HumanEval+ and MBPP+, and MBPP+ in MBPP's layout)
+_PLUS = {"task_id": "HumanEval/0", "prompt": "def f(x):\n", "entry_point": "f",
+         "canonical_solution": "    return x\n", "test": "def check(candidate):\n    pass\n",
+         "base_input": [[1]], "plus_input": [[2]], "atol": 0}  # fmt: skip
+_MBPP_PLUS = {"task_id": "Mbpp/2", "prompt": "Return x.", "entry_point": "f", "atol": 0,
+              "canonical_solution": "def f(x):\n    return x\n", "assertion": "assert f(1) == 1",
+              "base_input": [[1]], "plus_input": [[2]]}  # fmt: skip
+_MBPP_PLUS_ORIGIN = {"task_id": 2, "prompt": "Return x.", "code": "def f(x):\n    return x",
+                     "test_list": ["assert f(1) == 1"], "test_imports": [],
+                     "test": "import numpy\nfor i in [2]:\n    assert f(i) == i\n"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "row", [_PLUS, _MBPP_PLUS, _MBPP_PLUS_ORIGIN], ids=["he+", "mbpp+", "origin"]
+)
+def test_an_evalplus_file_is_refused_not_read_as_a_weaker_format(
+    tmp_path: Path, row: dict[str, object]
+) -> None:
+    path = tmp_path / "plus.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(DatasetError, match=r"plus\.jsonl:1: an EvalPlus record"):
+        load_suite(str(path))
+    forced = "mbpp" if "test_list" in row else "humaneval"
+    with pytest.raises(DatasetError, match="an EvalPlus record"):
+        load_jsonl(path, format=forced)  # naming a weaker format does not reduce it either
+
+
 def test_mbpp_without_a_callable_entry_point_asks_for_the_field(tmp_path: Path) -> None:
     row = {"task_id": 1, "text": "t", "code": "def g(x): return x", "test_list": ["assert 1"]}
     path = _write(tmp_path / "m.jsonl", [json.dumps(row)])

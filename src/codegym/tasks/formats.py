@@ -181,7 +181,27 @@ def _called_names(code: str) -> set[str]:
 # --- converters -------------------------------------------------------------------------------
 
 
+def refuse_evalplus(row: Mapping[str, Any]) -> None:
+    """Refuse an EvalPlus record rather than read it as a weaker format: HumanEval+ and
+    MBPP+ carry base and plus inputs and a float tolerance (``base_input``, ``plus_input``,
+    ``atol``), and MBPP+ in MBPP's layout keeps its plus tests in ``test``. Read as
+    HumanEval or MBPP they would lose exactly those, without a word.
+
+    Raises:
+        RecordError: ``row`` is one of those (the message says what to use instead).
+    """
+    plus = [k for k in ("base_input", "plus_input", "atol") if k in row]
+    if plus or ("test_list" in row and isinstance(row.get("test"), str) and row["test"].strip()):
+        why = f"fields {plus}" if plus else "a 'test' script beside 'test_list'"
+        raise RecordError(
+            f"an EvalPlus record ({why}): codegym does not run EvalPlus's plus inputs yet, "
+            "and reading it as HumanEval or MBPP would drop them and their tolerance; "
+            "use the original HumanEval or MBPP file (or drop those fields on purpose)"
+        )
+
+
 def _humaneval(row: Mapping[str, Any], fallback_id: str) -> Task:
+    refuse_evalplus(row)
     task_id = _str(row, "task_id")
     return Task(
         id=task_id,
@@ -195,6 +215,7 @@ def _humaneval(row: Mapping[str, Any], fallback_id: str) -> Task:
 
 
 def _mbpp(row: Mapping[str, Any], fallback_id: str) -> Task:
+    refuse_evalplus(row)
     text = _str(row, "text", "prompt")
     code = _str(row, "code", required=False)
     tests = row.get("test_list")

@@ -35,6 +35,7 @@ from codegym.tasks.formats import (
     check_format,
     detect_format,
     expected_fields,
+    refuse_evalplus,
     to_task,
 )
 from codegym.tasks.manifest import check_sha256, compare_sha256, read_manifest
@@ -129,6 +130,7 @@ def parse_jsonl(
             if fmt is None:
                 fmt = detect_format(row)
                 if fmt is None:
+                    refuse_evalplus(row)  # MBPP+ matches no format: say why, not just that
                     raise RecordError(
                         f"cannot tell the format from fields {sorted(row)[:8]}; expected "
                         f"one of {expected_fields()}; or pass format="
