@@ -17,7 +17,9 @@ patch's changes were undone) and two canaries:
 - The canaries are two module-level tests with plausible names appended to an existing
   test module of the task's (the module of its first ``FAIL_TO_PASS`` test that is a
   Python file): one must fail, one must pass. They are collected like the module's other
-  tests, and added back if a filter (``-k``) dropped them.
+  tests (so the module's autouse fixtures apply: a parametrized one makes an instance per
+  param, each of which must come out as written or be skipped by the param's marks), and
+  added back if a filter (``-k``) dropped them.
 - At the end it checks that pytest's report path (``TestReport``, ``CallInfo``, the
   runner's and pluggy's call functions, ``os.write``, its own functions) is made of the
   objects that were there when it loaded, and that no hook implementation that decides or
@@ -135,7 +137,7 @@ def _make():
     def modifyitems(session, config, items):
         """The canaries, added back at the end if a filter (-k) dropped them."""
         here = [i for i in items if str(i.path).endswith(os.sep + meta["file"])]
-        have = {i.name for i in here}
+        have = {getattr(i, "originalname", i.name) for i in here}  # [params] of autouse fixtures
         mod = here[0].getparent(pytest.Module) if here else None
         for name in (meta["fail"], meta["pass"]):
             if name not in have:
@@ -276,7 +278,7 @@ def _verify(channel: Channel, stdout: str, names: set[str]) -> Account:
 
     stream, sep, xml = stdout.partition(MARK)
     seen: dict[str, str] = {}
-    canaries: dict[str, str] = {}
+    canaries: dict[str, list[str]] = {}
     ended = False
     for n, line in enumerate(stream.splitlines()):
         if ended:
@@ -297,8 +299,9 @@ def _verify(channel: Channel, stdout: str, names: set[str]) -> Account:
             continue
         nodeid, file, outcome = fields[2], fields[3], fields[4]
         head, _, name = nodeid.rpartition("::")
-        if name in (channel.fail, channel.pass_) and head.endswith(channel.file):
-            canaries[name] = outcome
+        base = name.partition("[")[0]  # a parametrized autouse fixture makes one per param
+        if base in (channel.fail, channel.pass_) and head.endswith(channel.file):
+            canaries.setdefault(base, []).append(outcome)
             continue
         tid = junit_id(nodeid, file)
         if tid in seen:
@@ -306,7 +309,8 @@ def _verify(channel: Channel, stdout: str, names: set[str]) -> Account:
         seen[tid] = outcome
     if not ended:
         return Account(None)
-    if canaries.get(channel.fail) != "failed" or canaries.get(channel.pass_) != "passed":
+    if not (_came_out(canaries.get(channel.fail), "failed")
+            and _came_out(canaries.get(channel.pass_), "passed")):  # fmt: skip
         return Account(None, f"the canaries came out {canaries}: outcomes were rewritten")
     if not sep:
         return Account(None, "the suite's JUnit file is missing")
@@ -322,6 +326,14 @@ def _verify(channel: Channel, stdout: str, names: set[str]) -> Account:
                 xml,
             )
     return Account(seen, "", xml)
+
+
+def _came_out(outcomes: list[str] | None, expected: str) -> bool:
+    """A canary's instances (one per param of an autouse fixture, some maybe skipped by
+    its marks) came out as written: at least one ``expected``, the rest skipped."""
+    if not outcomes:
+        return False
+    return expected in outcomes and set(outcomes) <= {expected, "skipped"}
 
 
 def _fields(body: str) -> list[Any] | None:
