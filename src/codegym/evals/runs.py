@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from codegym.errors import CodegymError
 from codegym.evals.passk import pass_at_k
-from codegym.tasks.outcomes import ALL_OUTCOMES, INFRA_OUTCOMES
+from codegym.tasks.outcomes import ALL_OUTCOMES, INFRA_OUTCOMES, PASSING_OUTCOMES
 
 COST_FIELDS = ("tokens_in", "tokens_out", "model_s", "cpu_s", "wall_s")
 """Per-sample resource fields averaged by :attr:`Run.costs` when present."""
@@ -235,7 +235,7 @@ def _check_row(row: Mapping[str, Any], where: str) -> tuple[str, str, bool]:
     if not isinstance(passed, bool):
         # NaN, null, 0/1 and strings all land here: a score must be an explicit boolean.
         raise RunError(f"{where}: 'passed' must be true or false, got {passed!r}")
-    if passed != (outcome == "pass"):
+    if passed != (outcome in PASSING_OUTCOMES):
         raise RunError(f"{where}: passed={passed} contradicts outcome {outcome!r}")
     return tid, outcome, passed
 

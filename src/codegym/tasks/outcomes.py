@@ -36,6 +36,8 @@ INFRA_OUTCOMES: Final = frozenset(
     }
 )
 ALL_OUTCOMES: Final = MODEL_OUTCOMES | INFRA_OUTCOMES
+PASSING_OUTCOMES: Final = frozenset({"pass", "resolved"})
+"""The model outcomes that mean the sample passed (a program's tests; a repository task)."""
 
 
 def is_infra(outcome: str) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 
 from codegym.rollout import RolloutConfig, RolloutEngine
 from codegym.sandbox import Sandbox
+from codegym.tasks.outcomes import PASSING_OUTCOMES
 from codegym.tasks.synthetic import generate
 from codegym.train.config import TrainConfig
 from codegym.train.policy import LocalPolicy
@@ -52,7 +53,7 @@ async def heldout_pass_rate(
         per_task: dict[str, list[bool]] = {}
         outcomes: Counter[str] = Counter()
         async for g in engine.run(tasks):
-            per_task[g.task.id] = [tr.outcome == "pass" for tr in g.trajectories]
+            per_task[g.task.id] = [tr.outcome in PASSING_OUTCOMES for tr in g.trajectories]
             outcomes.update(tr.outcome for tr in g.trajectories)
     fracs = [sum(v) / len(v) for v in per_task.values() if v]
     return {

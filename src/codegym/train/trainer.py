@@ -42,6 +42,7 @@ from codegym.policies.policy import SamplingParams
 from codegym.rollout import EnvSpec, Group, LocalExecutor, RolloutConfig, RolloutEngine
 from codegym.sandbox import Sandbox
 from codegym.tasks import Task
+from codegym.tasks.outcomes import PASSING_OUTCOMES
 from codegym.tasks.synthetic import generate
 from codegym.telemetry import metrics as _metrics
 from codegym.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -222,7 +223,9 @@ class Trainer:
             "episodes": float(len(trajs)),
             "excluded": float(s["excluded_total"]),
             "reward_mean": sum(t.reward or 0.0 for t in trajs) / len(trajs) if trajs else 0.0,
-            "pass_rate": sum(t.outcome == "pass" for t in trajs) / len(trajs) if trajs else 0.0,
+            "pass_rate": (
+                sum(t.outcome in PASSING_OUTCOMES for t in trajs) / len(trajs) if trajs else 0.0
+            ),
         }
 
     def _counters(self) -> tuple[float, float]:
