@@ -240,7 +240,15 @@ def test_every_panel_shows_data_from_real_traffic(
         # labelled with the route it was for
         text = httpx.get(f"{service}/metrics", timeout=10).text
         assert "codegym_service_in_flight 0.0" in text
-        assert 'route="/v1/run",status="401"' in text
+        from prometheus_client.parser import text_string_to_metric_families
+
+        refused = [
+            s.labels
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "codegym_service_requests_total" and s.labels["status"] == "401"
+        ]
+        assert {"route": "/v1/run", "method": "POST", "status": "401"} in refused
         assert "codegym_trainer_" not in text  # no trainer there: no flat zero for its panels
     finally:
         mine.close()

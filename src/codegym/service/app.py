@@ -108,5 +108,7 @@ def create_app(
     if config.auth:
         app.add_middleware(RequireToken, token=config.token or "")
         document_token(app, "The service token (--token).")
-    app.add_middleware(m.MeasureRequests, routes=lambda: app.routes)
+    # the router's own routes: FastAPI (0.16x) wraps an included router in one opaque
+    # route whose match does not say which of its routes matched
+    app.add_middleware(m.MeasureRequests, routes=lambda: [*router.routes, *app.routes])
     return app
