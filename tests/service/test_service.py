@@ -336,7 +336,8 @@ async def test_health_readiness_metrics_and_openapi(svc: Service) -> None:
         ready = await anon.get("/readyz")
         assert ready.status_code == 200 and ready.json()["workers"] == 2
         await svc.http.post("/v1/run", json={"code": "print(1)"})
-        assert (await anon.post("/v1/sessions/abc/exec", json={"argv": ["true"]})).status_code == 401
+        refused = await anon.post("/v1/sessions/abc/exec", json={"argv": ["true"]})
+        assert refused.status_code == 401
         text = (await anon.get("/metrics")).text
         # a 401 is answered before routing, and still labelled with its route's template
         assert 'method="POST",route="/v1/sessions/{sid}/exec",status="401"' in text
