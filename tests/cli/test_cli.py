@@ -90,5 +90,11 @@ def test_demo_runs_the_whole_loop_and_gates(tmp_path: Path) -> None:
         rows = (out / run_dir / "results.jsonl").read_text().splitlines()
         assert len(rows) == 2 * summary["heldout"]["tasks"]
     assert (out / "trained" / "model.safetensors").is_file()
+    # both evaluations name the held-out set; the trained one, the tasks it was trained on
+    configs = [json.loads((out / d / "summary.json").read_text())["config"]
+               for d in ("base", "trained_eval")]  # fmt: skip
+    assert configs[0]["heldout_digest"] == configs[1]["heldout_digest"]
+    assert summary["heldout"]["digest"] == configs[0]["heldout_digest"]
+    assert configs[0]["lineage"] is None and configs[1]["lineage"]["step"] == 2
     html = (out / "report.html").read_text()
     assert "GRPO training curve" in html and html.count("<svg") >= 3

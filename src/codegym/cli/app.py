@@ -66,7 +66,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": (
         "codegym.cli.train_cmd",
         "train",
-        "GRPO-train a model on synthetic tasks with the settings in CONFIG.",
+        "GRPO-train a model on synthetic tasks or any suite with the settings in CONFIG.",
     ),
     "demo": (
         "codegym.cli.demo_cmd",

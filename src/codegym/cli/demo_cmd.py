@@ -152,12 +152,15 @@ async def _heldout(model_dir: Path, config: Any, n: int, run_dir: Path) -> dict[
     from codegym.evals.runner import SampleResult
     from codegym.rollout import RolloutConfig, RolloutEngine
     from codegym.sandbox import Sandbox
-    from codegym.tasks.synthetic import generate
+    from codegym.tasks.outcomes import PASSING_OUTCOMES
     from codegym.train.policy import LocalPolicy
+    from codegym.train.split import check_heldout, read_lineage, split_tasks
     from codegym.train.trainer import training_executor
 
-    t = config.tasks
-    tasks = generate(t.family, t.heldout_tasks, t.heldout_seed, t.difficulty)
+    heldout = split_tasks(config.tasks).heldout
+    lineage = read_lineage(model_dir)
+    check_heldout(heldout, lineage, str(model_dir))
+    tasks = list(heldout)
     policy = LocalPolicy(model_dir, max_batch=config.sampling.max_batch, seed=12345)
     results: list[SampleResult] = []
     start = time.perf_counter()
@@ -175,7 +178,7 @@ async def _heldout(model_dir: Path, config: Any, n: int, run_dir: Path) -> dict[
                         g.task.id,
                         tr.index,
                         text,
-                        tr.outcome == "pass",
+                        tr.outcome in PASSING_OUTCOMES,
                         tr.outcome,
                         tr.detail,
                         g.task.group,
@@ -190,7 +193,20 @@ async def _heldout(model_dir: Path, config: Any, n: int, run_dir: Path) -> dict[
     summary = build_summary(
         results,
         seconds=time.perf_counter() - start,
-        config={"command": "demo", "model": str(model_dir), "tasks": len(tasks), "n": n},
+        config={
+            "command": "demo",
+            "model": str(model_dir),
+            "tasks": len(tasks),
+            "heldout_digest": heldout.digest,
+            # which checkpoint, config and training tasks the verdict's model came from
+            "lineage": lineage
+            and {
+                "config_digest": lineage["config_digest"],
+                "step": lineage["step"],
+                "train_digest": lineage["tasks"]["train_digest"],
+            },
+            "n": n,
+        },
         ks=(1, n),
     )
     write_run(run_dir, results, summary)
@@ -236,6 +252,7 @@ def _verdict(
             "tasks": config.tasks.heldout_tasks,
             "samples_per_task": base["requested"] // max(1, config.tasks.heldout_tasks),
             "family": config.tasks.family,
+            "digest": base["config"]["heldout_digest"],
         },
         "train": {
             "steps": config.run.steps,

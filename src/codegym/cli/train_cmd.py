@@ -44,6 +44,13 @@ def train(
         Path | None, typer.Option(help="model directory (overrides model.path)")
     ] = None,
     steps: Annotated[int | None, typer.Option(help="override run.steps")] = None,
+    suite: Annotated[
+        str | None,
+        typer.Option(
+            help="Train on this suite (humaneval, synth:..., a dataset file), split by task id "
+            "into train and held out; overrides tasks.suite."
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
     metrics_port: MetricsPortOption = None,
     mlflow: Annotated[bool, typer.Option(help="Track the run in MLflow.")] = False,
@@ -52,7 +59,7 @@ def train(
     ] = None,
     trace_file: TraceFileOption = None,
 ) -> None:
-    """GRPO-train a model on synthetic tasks with the settings in CONFIG."""
+    """GRPO-train a model on synthetic tasks or any suite with the settings in CONFIG."""
     start_telemetry(metrics_port, trace_file)
     from codegym.models import ensure_tiny_model
     from codegym.rollout import RolloutAborted
@@ -65,6 +72,8 @@ def train(
         fail(str(e))
     if steps is not None:
         cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"steps": steps})})
+    if suite is not None:
+        cfg = cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"suite": suite})})
     model_dir = model or (Path(cfg.model.path) if cfg.model.path else None)
     if model_dir is None:
         console.print("building or loading the tiny model (cached after the first time)")

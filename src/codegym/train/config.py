@@ -4,8 +4,9 @@
     cfg.grpo.clip_eps, cfg.run.mode, cfg.checkpoint.every
 
 Sections: ``model`` (what to train), ``env`` (which environment scores), ``run`` (steps,
-mode, staleness, seed), ``optim``, ``grpo`` (loss), ``sampling``, ``tasks`` (synthetic
-family, difficulty, seed splits), ``sandbox`` (tier, workers, limits) and ``checkpoint``.
+mode, staleness, seed), ``optim``, ``grpo`` (loss), ``sampling``, ``tasks`` (a suite split
+by task id, or a synthetic family with two seeds), ``sandbox`` (tier, workers, limits) and
+``checkpoint``.
 Unknown keys are refused (a typo must not be silently ignored); every field has a default,
 so an empty file is a valid run. ``digest()`` hashes everything that changes the trained
 weights, and a resumed run refuses a checkpoint made under a different digest.
@@ -105,20 +106,29 @@ class SamplingSection(_Section):
 
 
 class TasksSection(_Section):
+    suite: str | None = None
+    """Train on any suite ``eval`` takes (``humaneval``, ``synth:…``, a dataset file), split
+    by task id into train and held out (``codegym.train.split``); None: the synthetic
+    ``family`` below, with its two seeds."""
+    heldout_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    """With ``suite``: the share of task ids held out."""
+    split_seed: Annotated[int, Field(ge=0)] = 0
+    """With ``suite``: which split (a different seed holds out different tasks)."""
     family: str = "infer"
     """Synthetic family (``codegym.tasks.synthetic.FAMILIES``)."""
     difficulty: Annotated[int, Field(ge=1)] = 1
     train_seed: Annotated[int, Field(ge=0)] = 1
     """Seed of the training task pool (must differ from the held-out seed)."""
     train_tasks: Annotated[int, Field(ge=1)] = 256
-    """Size of the training pool; each step draws ``groups_per_step`` tasks from it."""
+    """Size of the training pool (with ``suite``: at most); each step draws
+    ``groups_per_step`` tasks from it."""
     heldout_seed: Annotated[int, Field(ge=0)] = 0
     heldout_tasks: Annotated[int, Field(ge=0)] = 100
-    """Held-out tasks the final evaluation uses (0: none)."""
+    """Held-out tasks the final evaluation uses (with ``suite``: at most; 0: none)."""
 
     @model_validator(mode="after")
     def _split(self) -> TasksSection:
-        if self.train_seed == self.heldout_seed:
+        if self.suite is None and self.train_seed == self.heldout_seed:
             raise ValueError(
                 f"train_seed == heldout_seed == {self.train_seed}: training on the held-out "
                 "tasks makes the evaluation meaningless; pick different seeds"
@@ -176,6 +186,9 @@ class TrainConfig(_Section):
         body["run"].pop("steps")
         body["run"].pop("metrics_file")
         body.pop("checkpoint")
+        if body["tasks"]["suite"] is None:  # digests of configs from before suites stay
+            for k in ("suite", "heldout_fraction", "split_seed"):
+                body["tasks"].pop(k)
         body["model"].pop("threads")
         raw = json.dumps(body, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(raw.encode()).hexdigest()

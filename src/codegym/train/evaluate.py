@@ -2,12 +2,14 @@
 
     rate = asyncio.run(heldout_pass_rate(model_dir, config, samples=4))
 
-Tasks come from ``config.tasks`` (``heldout_seed``, ``heldout_tasks``), never from the
-training pool's seed. Each task gets ``samples`` episodes at the config's sampling settings;
-the result has pass@1 (the mean over tasks of the per-task pass fraction), the per-task
-pass counts for a paired comparison, and the outcome counts. Infra-excluded episodes are
-left out of a task's fraction, never counted as failures. For a gated verdict with CIs,
-write results and use ``codegym compare``; this is the trainer's quick read-out.
+Tasks are the held-out side of ``config.tasks``'s split (``codegym.train.split``), and a
+model whose ``lineage.json`` says it was trained on any of them is refused
+(``HeldoutError``); the result carries the held-out set's digest. Each task gets
+``samples`` episodes at the config's sampling settings; the result has pass@1 (the mean
+over tasks of the per-task pass fraction), the per-task pass counts for a paired
+comparison, and the outcome counts. Infra-excluded episodes are left out of a task's
+fraction, never counted as failures. For a gated verdict with CIs, write results and use
+``codegym compare``; this is the trainer's quick read-out.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from typing import Any
 from codegym.rollout import RolloutConfig, RolloutEngine
 from codegym.sandbox import Sandbox
 from codegym.tasks.outcomes import PASSING_OUTCOMES
-from codegym.tasks.synthetic import generate
 from codegym.train.config import TrainConfig
 from codegym.train.policy import LocalPolicy
+from codegym.train.split import check_heldout, read_lineage, split_tasks
 from codegym.train.trainer import training_executor
 
 __all__ = ["heldout_pass_rate"]
@@ -35,11 +37,14 @@ async def heldout_pass_rate(
 
     Raises:
         ValueError: ``config.tasks.heldout_tasks`` is 0 or ``samples`` < 1.
+        HeldoutError: the model was trained on some of the held-out tasks.
     """
     t = config.tasks
     if t.heldout_tasks < 1 or samples < 1:
         raise ValueError("heldout_pass_rate: set tasks.heldout_tasks >= 1 and samples >= 1")
-    tasks = generate(t.family, t.heldout_tasks, t.heldout_seed, t.difficulty)
+    heldout = split_tasks(t).heldout
+    check_heldout(heldout, read_lineage(model_dir), str(model_dir))
+    tasks = list(heldout)
     policy = LocalPolicy(model_dir, max_batch=config.sampling.max_batch)
     t0 = time.perf_counter()
     async with Sandbox(tier=config.sandbox.tier, workers=config.sandbox.workers) as sb:
@@ -58,6 +63,7 @@ async def heldout_pass_rate(
     fracs = [sum(v) / len(v) for v in per_task.values() if v]
     return {
         "tasks": len(tasks),
+        "heldout_digest": heldout.digest,
         "samples": samples,
         "pass1": sum(fracs) / len(fracs) if fracs else 0.0,
         "per_task_passes": {k: sum(v) for k, v in sorted(per_task.items())},

@@ -3,8 +3,11 @@
     trainer = Trainer(config, model_dir)             # policy: a LocalPolicy on model_dir
     metrics = asyncio.run(trainer.run())             # one dict per step (also metrics.jsonl)
 
-Each step draws ``groups_per_step`` tasks from the training pool (seeded by run seed and
-step), runs them through the rollout engine (``CodeEnv`` in token mode, sandbox-scored),
+The training pool and the held-out set come from ``codegym.train.split`` (a suite split by
+task id, or seeded synthetic pools); every checkpoint, and the ``lineage.json`` beside the
+final model, records both sides' digests and the ids trained on, and a resume on other
+tasks is refused. Each step draws ``groups_per_step`` tasks from the pool (seeded by run
+seed and step), runs them through the rollout engine (``CodeEnv`` in token mode, sandbox-scored),
 turns each group's rewards into advantages, trains on the trajectories' own token ids,
 loss masks and behaviour logprobs, and pushes the new weights to the policy hook.
 
@@ -43,12 +46,17 @@ from codegym.rollout import EnvSpec, Group, LocalExecutor, RolloutConfig, Rollou
 from codegym.sandbox import Sandbox
 from codegym.tasks import Task
 from codegym.tasks.outcomes import PASSING_OUTCOMES
-from codegym.tasks.synthetic import generate
 from codegym.telemetry import metrics as _metrics
-from codegym.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from codegym.train.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from codegym.train.config import TrainConfig
 from codegym.train.grpo import group_advantages, grpo_loss, token_logprobs
 from codegym.train.policy import LocalPolicy, PromptTokenizer, TrainablePolicy
+from codegym.train.split import LINEAGE_FILE, split_tasks
 
 __all__ = ["Sample", "Trainer", "build_batch"]
 
@@ -154,8 +162,8 @@ class Trainer:
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
         self.step = 0
         self.digest = config.digest()
-        t = config.tasks
-        self.pool: list[Task] = generate(t.family, t.train_tasks, t.train_seed, t.difficulty)
+        self.split = split_tasks(config.tasks)
+        self.pool: list[Task] = list(self.split.train)
         self._resume()
 
     # -- checkpoints -------------------------------------------------------------------
@@ -164,6 +172,13 @@ class Trainer:
         if ckpt is None:
             return
         state = load_checkpoint(ckpt, self.model, self.digest)
+        made_on = state.get("tasks", {}).get("train_digest")
+        if made_on is not None and made_on != self.split.train.digest:
+            raise CheckpointError(
+                f"{ckpt}: trained on other tasks than {self.split.source} gives now (the "
+                "suite's file changed?); resuming would mix two task sets. Use a new "
+                "checkpoint.dir, or restore the file"
+            )
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
@@ -182,6 +197,7 @@ class Trainer:
             "scheduler": self.sched.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "config_digest": self.digest,
+            "tasks": self.split.record(),
         }
         return save_checkpoint(
             self.run_dir, self.step, self.model, state, self.config.checkpoint.keep
@@ -347,6 +363,8 @@ class Trainer:
         target = out or self.run_dir / "final"
         self.model.save_pretrained(target, safe_serialization=True)
         self.policy.tokenizer.save_pretrained(target)
+        lineage = {"config_digest": self.digest, "step": self.step, "tasks": self.split.record()}
+        (target / LINEAGE_FILE).write_text(json.dumps(lineage, indent=1) + "\n")
         return target
 
 

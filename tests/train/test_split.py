@@ -1,0 +1,138 @@
+"""Training on any suite: a split by task id, its digests in every checkpoint and beside the
+trained model, and held-out numbers refused on tasks the model was trained on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from train_helpers import small_config
+from typer.testing import CliRunner
+
+from codegym.tasks import DatasetError
+from codegym.train import CheckpointError, HeldoutError, Trainer, parse_config, split_tasks
+from codegym.train.config import TasksSection
+from codegym.train.evaluate import heldout_pass_rate
+from codegym.train.split import is_heldout, read_lineage
+
+
+def _records(n: int) -> list[dict[str, str]]:
+    """HumanEval-format records: f_i returns i."""
+    return [
+        {
+            "task_id": f"Mine/{i}",
+            "prompt": f"def f_{i}():\n",
+            "entry_point": f"f_{i}",
+            "canonical_solution": f"    return {i}\n",
+            "test": f"def check(candidate):\n    assert candidate() == {i}\n",
+        }
+        for i in range(n)
+    ]
+
+
+def _write(path: Path, records: list[dict[str, str]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_a_suite_is_split_by_id_whatever_the_order_of_its_file(tmp_path: Path) -> None:
+    rows = _records(60)
+    forward = _write(tmp_path / "forward.jsonl", rows)
+    backward = _write(tmp_path / "backward.jsonl", rows[::-1])
+    a = split_tasks(TasksSection(suite=str(forward)))
+    b = split_tasks(TasksSection(suite=str(backward)))
+    ids = {t.id for t in a.train}, {t.id for t in a.heldout}
+    assert ids == ({t.id for t in b.train}, {t.id for t in b.heldout})
+    assert not ids[0] & ids[1] and len(ids[0]) + len(ids[1]) == 60
+    assert 4 <= len(ids[1]) <= 24  # about a fifth held out (binomial, 60 draws)
+    assert all(is_heldout(i, 0.2) for i in ids[1])
+    # a task added to the file moves no other; another seed holds out other tasks
+    grown = split_tasks(TasksSection(suite=str(_write(tmp_path / "g.jsonl", _records(80)))))
+    assert ids[1] <= {t.id for t in grown.heldout}
+    other = split_tasks(TasksSection(suite=str(forward), split_seed=1))
+    assert {t.id for t in other.heldout} != ids[1]
+    # a cap takes the first tasks of each side in dataset order
+    capped = split_tasks(TasksSection(suite=str(forward), train_tasks=5, heldout_tasks=2))
+    assert [t.id for t in capped.train] == [t.id for t in a.train][:5]
+    assert len(capped.heldout) == 2
+
+
+def test_bad_splits_are_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match=r"nope\.jsonl"):
+        split_tasks(TasksSection(suite=str(tmp_path / "nope.jsonl")))
+    one = _write(tmp_path / "one.jsonl", _records(1))
+    with pytest.raises(HeldoutError, match="a side is empty"):
+        split_tasks(TasksSection(suite=str(one)))
+    with pytest.raises(ValueError, match="heldout_fraction"):
+        parse_config({"tasks": {"suite": str(one), "heldout_fraction": 1.0}})
+
+
+def test_the_config_digest_names_the_suite_and_keeps_older_configs_resumable() -> None:
+    plain = parse_config({})
+    # the suite's knobs do nothing without a suite, and are not in the digest then
+    assert parse_config({"tasks": {"split_seed": 7}}).digest() == plain.digest()
+    with_suite = parse_config({"tasks": {"suite": "humaneval"}})
+    assert with_suite.digest() != plain.digest()
+    reseeded = parse_config({"tasks": {"suite": "humaneval", "split_seed": 1}})
+    assert reseeded.digest() != with_suite.digest()
+    # the humaneval split: every task on one side
+    split = split_tasks(with_suite.tasks)
+    assert len(split.train) + len(split.heldout) == 164
+    assert not {t.id for t in split.train} & {t.id for t in split.heldout}
+
+
+async def test_training_on_a_suite_records_lineage_and_guards_the_heldout_number(
+    toy_model: Path, tmp_path: Path
+) -> None:
+    suite = _write(tmp_path / "mine.jsonl", _records(30))
+    raw = small_config(
+        str(tmp_path / "run"),
+        run={"steps": 1},
+        tasks={"suite": str(suite), "heldout_fraction": 0.3, "heldout_tasks": 4},
+    )
+    cfg = parse_config(raw)
+    trainer = Trainer(cfg, toy_model)
+    split = split_tasks(cfg.tasks)
+    assert [t.id for t in trainer.pool] == [t.id for t in split.train]
+    await trainer.run()
+    state = torch.load(tmp_path / "run" / "ckpt-000001" / "trainer_state.pt", weights_only=False)
+    assert state["tasks"]["heldout_digest"] == split.heldout.digest
+    assert state["tasks"]["train_ids"] == sorted(t.id for t in split.train)
+    final = trainer.save_final()
+    lineage = read_lineage(final)
+    assert lineage is not None and lineage["step"] == 1
+    assert lineage["config_digest"] == cfg.digest()
+    assert lineage["tasks"]["train_digest"] == split.train.digest
+    # the held-out side of the same split is reported, with its digest
+    r = await heldout_pass_rate(final, cfg, samples=2)
+    assert r["tasks"] == 4 and r["heldout_digest"] == split.heldout.digest
+    # another split holds out tasks this model trained on: refused, naming the model
+    reseeded = parse_config({**raw, "tasks": {**raw["tasks"], "split_seed": 5}})
+    with pytest.raises(HeldoutError, match=r"were trained on \(e\.g\. Mine/"):
+        await heldout_pass_rate(final, reseeded, samples=2)
+    # the suite's file changed under the run: resuming on other tasks is refused
+    kept = [r for r in _records(30) if r["task_id"] != split.train.tasks[0].id]
+    _write(suite, kept)
+    with pytest.raises(CheckpointError, match="trained on other tasks"):
+        Trainer(cfg, toy_model)
+
+
+def test_train_command_takes_a_suite(toy_model: Path, tmp_path: Path) -> None:
+    import typer
+    import yaml
+
+    from codegym.cli.train_cmd import train
+
+    app = typer.Typer()
+    app.command()(train)
+    suite = _write(tmp_path / "mine.jsonl", _records(20))
+    cfg_file = tmp_path / "train.yaml"
+    cfg_file.write_text(yaml.safe_dump(small_config(str(tmp_path / "run"), run={"steps": 1})))
+    args = [str(cfg_file), "--model", str(toy_model), "--suite", str(suite), "--quiet"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    lineage = read_lineage(tmp_path / "run" / "final")
+    assert lineage is not None and lineage["tasks"]["source"] == str(suite)
+    assert set(lineage["tasks"]["train_ids"]) <= {f"Mine/{i}" for i in range(20)}
