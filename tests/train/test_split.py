@@ -136,3 +136,44 @@ def test_train_command_takes_a_suite(toy_model: Path, tmp_path: Path) -> None:
     lineage = read_lineage(tmp_path / "run" / "final")
     assert lineage is not None and lineage["tasks"]["source"] == str(suite)
     assert set(lineage["tasks"]["train_ids"]) <= {f"Mine/{i}" for i in range(20)}
+
+
+def test_eval_of_a_trained_model_refuses_its_training_tasks(
+    toy_model: Path, tmp_path: Path
+) -> None:
+    """``codegym eval --policy transformers`` on a codegym-trained model: its training tasks
+    are refused (or, with --trained-tasks-ok, counted); the run records the lineage."""
+    import asyncio
+    import subprocess
+    import sys
+
+    rows = _records(20)
+    suite = _write(tmp_path / "mine.jsonl", rows)
+    cfg = parse_config(small_config(str(tmp_path / "run"), run={"steps": 1},
+                                    tasks={"suite": str(suite)}))  # fmt: skip
+    trainer = Trainer(cfg, toy_model)
+    asyncio.run(trainer.run())
+    final = trainer.save_final()
+    split = split_tasks(cfg.tasks)
+    held = {t.id for t in split.heldout}
+    heldout_file = _write(tmp_path / "held.jsonl", [r for r in rows if r["task_id"] in held])
+
+    def run(file: Path, *more: str) -> subprocess.CompletedProcess[str]:
+        cmd = [str(Path(sys.executable).parent / "codegym"), "eval", "--suite", str(file),
+               "--model", "toy", "--policy", "transformers",
+               "--policy-options", json.dumps({"model_dir": str(final)}),
+               "--max-tokens", "8", "--no-store", "--json", "--out", str(tmp_path / "ev"),
+               *more]  # fmt: skip
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+    refused = run(suite)
+    assert refused.returncode == 2 and "were trained on" in refused.stderr, refused.stderr
+    assert "--trained-tasks-ok" in refused.stderr
+    ok = run(heldout_file)
+    assert ok.returncode == 0, ok.stderr
+    lineage = json.loads(ok.stdout)["config"]["lineage"]
+    assert lineage["train_digest"] == split.train.digest and lineage["step"] == 1
+    assert lineage["tasks_trained_on"] == 0
+    anyway = run(suite, "--trained-tasks-ok")
+    assert anyway.returncode == 0, anyway.stderr
+    assert json.loads(anyway.stdout)["config"]["lineage"]["tasks_trained_on"] == len(split.train)

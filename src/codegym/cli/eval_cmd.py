@@ -107,6 +107,13 @@ def eval_(
     metrics_port: MetricsPortOption = None,
     trace_file: TraceFileOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    trained_tasks_ok: Annotated[
+        bool,
+        typer.Option(
+            help="Evaluate a codegym-trained model on tasks it was trained on (refused "
+            "otherwise: such a number is not held out)."
+        ),
+    ] = False,
 ) -> None:
     """Sample a model on a suite, score every sample in the sandbox, write a run folder.
 
@@ -132,6 +139,7 @@ def eval_(
         params = SamplingParams(
             temperature=temperature, top_p=top_p, max_tokens=max_tokens, n=n, seed=seed
         )
+        options = json_object(policy_options, "--policy-options")
         policy = make_policy(
             policy_name,
             model=model,
@@ -140,7 +148,7 @@ def eval_(
             concurrency=model_concurrency,
             api_key=api_key or os.environ.get("OPENAI_API_KEY"),
             tools=_env_tools(env) if mode == "chat" else None,
-            **json_object(policy_options, "--policy-options"),
+            **options,
         )
     except (DatasetError, ValueError, PolicyError, UnknownName) as e:
         fail(str(e))
@@ -170,6 +178,8 @@ def eval_(
     }
     if env_spec is not None:
         config["env"] = {"name": env_spec.name, "options": env_spec.options}
+    if policy_name == "transformers":
+        config["lineage"] = _lineage(options.get("model_dir", model), tasks, trained_tasks_ok)
     start = time.perf_counter()
     with open_store(store, no_store) as st:
         try:
@@ -230,6 +240,32 @@ def eval_(
         typer.echo(f"wrote {out / 'results.jsonl'} and {out / 'summary.json'}", err=True)
     if summary["status"] != "ok":
         fail(summary["diagnosis"], code=3)
+
+
+def _lineage(model_dir: str, tasks: list[Task], trained_ok: bool) -> dict[str, Any] | None:
+    """What a codegym-trained model came from (None for any other model); its tasks
+    trained on are refused unless ``trained_ok``, and counted in the record then."""
+    from codegym.tasks import TaskSet
+    from codegym.train.split import HeldoutError, check_heldout, read_lineage
+
+    try:
+        lineage = read_lineage(model_dir)
+        if lineage is None:
+            return None
+        trained = set(lineage["tasks"]["train_ids"])
+        if not trained_ok:
+            check_heldout(TaskSet.of("eval", tasks), lineage, model_dir)
+    except HeldoutError as e:
+        fail(f"{e} (or pass --trained-tasks-ok to score them anyway)")
+    except (KeyError, TypeError):
+        fail(f"{model_dir}: lineage.json is not a codegym lineage record; remove it or restore it")
+    return {
+        "model_dir": model_dir,
+        "config_digest": lineage.get("config_digest"),
+        "step": lineage.get("step"),
+        "train_digest": lineage["tasks"].get("train_digest"),
+        "tasks_trained_on": sum(t.id in trained for t in tasks),
+    }
 
 
 def _env_spec(env: str, options: str) -> EnvSpec:
