@@ -96,5 +96,6 @@ def test_demo_runs_the_whole_loop_and_gates(tmp_path: Path) -> None:
     assert configs[0]["heldout_digest"] == configs[1]["heldout_digest"]
     assert summary["heldout"]["digest"] == configs[0]["heldout_digest"]
     assert configs[0]["lineage"] is None and configs[1]["lineage"]["step"] == 2
+    assert configs[1]["lineage"]["checkpoint"].startswith("sha256:")
     html = (out / "report.html").read_text()
     assert "GRPO training curve" in html and html.count("<svg") >= 3

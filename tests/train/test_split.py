@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from codegym.tasks import DatasetError
 from codegym.train import CheckpointError, HeldoutError, Trainer, parse_config, split_tasks
+from codegym.train.checkpoint import content_id, read_record
 from codegym.train.config import TasksSection
 from codegym.train.evaluate import heldout_pass_rate
 from codegym.train.split import is_heldout, read_lineage
@@ -89,7 +90,7 @@ async def test_training_on_a_suite_records_lineage_and_guards_the_heldout_number
     suite = _write(tmp_path / "mine.jsonl", _records(30))
     raw = small_config(
         str(tmp_path / "run"),
-        run={"steps": 1},
+        run={"steps": 2},
         tasks={"suite": str(suite), "heldout_fraction": 0.3, "heldout_tasks": 4},
     )
     cfg = parse_config(raw)
@@ -97,12 +98,21 @@ async def test_training_on_a_suite_records_lineage_and_guards_the_heldout_number
     split = split_tasks(cfg.tasks)
     assert [t.id for t in trainer.pool] == [t.id for t in split.train]
     await trainer.run()
-    state = torch.load(tmp_path / "run" / "ckpt-000001" / "trainer_state.pt", weights_only=False)
+    run = tmp_path / "run"
+    state = torch.load(run / "ckpt-000001" / "trainer_state.pt", weights_only=False)
     assert state["tasks"]["heldout_digest"] == split.heldout.digest
     assert state["tasks"]["train_ids"] == sorted(t.id for t in split.train)
+    # each checkpoint's record: its weights' content id, and the chain back to the base
+    first, second = (read_record(run / f"ckpt-00000{i}") for i in (1, 2))
+    assert first["id"] == content_id(run / "ckpt-000001" / "model.safetensors")
+    assert first["parent"] == content_id(toy_model / "model.safetensors")
+    assert second["parent"] == first["id"] and second["step"] == 2
+    assert second["metrics"]["step"] == 2 and second["config_digest"] == cfg.digest()
+    assert second["tasks"]["train_digest"] == split.train.digest and second["code_version"]
     final = trainer.save_final()
     lineage = read_lineage(final)
-    assert lineage is not None and lineage["step"] == 1
+    assert lineage is not None and lineage["step"] == 2 and lineage["parent"] == second["id"]
+    assert lineage["checkpoint"] == content_id(final / "model.safetensors")
     assert lineage["config_digest"] == cfg.digest()
     assert lineage["tasks"]["train_digest"] == split.train.digest
     # the held-out side of the same split is reported, with its digest

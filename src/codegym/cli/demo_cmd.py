@@ -198,19 +198,21 @@ async def _heldout(model_dir: Path, config: Any, n: int, run_dir: Path) -> dict[
             "model": str(model_dir),
             "tasks": len(tasks),
             "heldout_digest": heldout.digest,
-            # which checkpoint, config and training tasks the verdict's model came from
-            "lineage": lineage
-            and {
-                "config_digest": lineage["config_digest"],
-                "step": lineage["step"],
-                "train_digest": lineage["tasks"]["train_digest"],
-            },
+            "lineage": _made_from(lineage),
             "n": n,
         },
         ks=(1, n),
     )
     write_run(run_dir, results, summary)
     return summary
+
+
+def _made_from(lineage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Which checkpoint, config and training tasks an evaluated model came from."""
+    if lineage is None:
+        return None
+    keys = ("checkpoint", "parent", "config_digest", "step")
+    return {k: lineage[k] for k in keys} | {"train_digest": lineage["tasks"]["train_digest"]}
 
 
 def _verdict(

@@ -261,6 +261,8 @@ def _lineage(model_dir: str, tasks: list[Task], trained_ok: bool) -> dict[str, A
         fail(f"{model_dir}: lineage.json is not a codegym lineage record; remove it or restore it")
     return {
         "model_dir": model_dir,
+        "checkpoint": lineage.get("checkpoint"),
+        "parent": lineage.get("parent"),
         "config_digest": lineage.get("config_digest"),
         "step": lineage.get("step"),
         "train_digest": lineage["tasks"].get("train_digest"),

@@ -4,7 +4,13 @@ Layout under the run directory::
 
     ckpt-000010/model.safetensors     the trained weights (tied tensors handled)
     ckpt-000010/trainer_state.pt      step, optimizer, scheduler, torch RNG, config digest
+    ckpt-000010/record.json           lineage: content id, parent, step, config and task
+                                      digests, the step's metrics, the code version
     ckpt-000010/COMPLETE              written last: a folder without it is ignored
+
+A checkpoint's content id is ``sha256:`` of its weights file, so two checkpoints with the
+same id hold the same weights wherever they are; ``parent`` is the id of the checkpoint (or
+base model) the run trained from, so the chain of records says where any weights came from.
 
 A checkpoint is written into a temporary folder and renamed into place, so ``kill -9`` at
 any moment leaves either the previous checkpoint or the new one, never half of one.
@@ -14,9 +20,13 @@ would have (same weights, optimizer moments, schedule and RNG).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
+import subprocess
 import tempfile
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +35,19 @@ from safetensors.torch import load_model, save_model
 
 from codegym.errors import CodegymError
 
-__all__ = ["CheckpointError", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "CheckpointError",
+    "code_version",
+    "content_id",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "read_record",
+    "save_checkpoint",
+]
 
 _DONE = "COMPLETE"
+RECORD = "record.json"
+WEIGHTS = "model.safetensors"
 
 
 class CheckpointError(CodegymError, RuntimeError):
@@ -38,14 +58,46 @@ def _name(step: int) -> str:
     return f"ckpt-{step:06d}"
 
 
+def content_id(weights: Path) -> str:
+    """``sha256:<hex>`` of a weights file (read in 1 MiB blocks)."""
+    h = hashlib.sha256()
+    with open(weights, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return f"sha256:{h.hexdigest()}"
+
+
+@cache
+def code_version() -> str:
+    """codegym's version, with the git commit when it runs from a checkout."""
+    from codegym import __version__
+
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(Path(__file__).parent), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True, text=True, timeout=10,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return __version__
+    return f"{__version__}+g{head.stdout.strip()}" if head.returncode == 0 else __version__
+
+
 def save_checkpoint(
-    run_dir: Path, step: int, model: torch.nn.Module, state: dict[str, Any], keep: int = 2
+    run_dir: Path,
+    step: int,
+    model: torch.nn.Module,
+    state: dict[str, Any],
+    keep: int = 2,
+    record: dict[str, Any] | None = None,
 ) -> Path:
-    """Write checkpoint ``step`` atomically; delete all but the newest ``keep``."""
+    """Write checkpoint ``step`` atomically; delete all but the newest ``keep``. ``record``
+    (lineage) is written beside the weights with their content id as ``id``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".ckpt-tmp-", dir=run_dir))
     try:
-        save_model(model, str(tmp / "model.safetensors"))
+        save_model(model, str(tmp / WEIGHTS))
+        body = {"id": content_id(tmp / WEIGHTS), "step": step, **(record or {})}
+        (tmp / RECORD).write_text(json.dumps(body, indent=1) + "\n")
         torch.save(state, tmp / "trainer_state.pt")
         (tmp / _DONE).write_text(str(step))
         for f in tmp.iterdir():  # durable before the rename makes it visible
@@ -76,6 +128,15 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
+def read_record(path: Path) -> dict[str, Any]:
+    """A checkpoint's lineage record (an empty one for checkpoints made before records)."""
+    f = path / RECORD
+    if not f.is_file():
+        return {}
+    record: dict[str, Any] = json.loads(f.read_text())
+    return record
+
+
 def load_checkpoint(path: Path, model: torch.nn.Module, config_digest: str) -> dict[str, Any]:
     """Load weights into ``model`` and return the trainer state.
 
@@ -89,7 +150,7 @@ def load_checkpoint(path: Path, model: torch.nn.Module, config_digest: str) -> d
             f"{path}: made with a different training config; resuming would mix two runs. "
             "Use a new checkpoint.dir, or delete this one to start over"
         )
-    missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=True)
+    missing, unexpected = load_model(model, str(path / WEIGHTS), strict=True)
     if missing or unexpected:  # strict raises first; kept for a clear message if not
         raise CheckpointError(f"{path}: weights do not fit the model ({missing}, {unexpected})")
     return state

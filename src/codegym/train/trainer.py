@@ -48,9 +48,13 @@ from codegym.tasks import Task
 from codegym.tasks.outcomes import PASSING_OUTCOMES
 from codegym.telemetry import metrics as _metrics
 from codegym.train.checkpoint import (
+    WEIGHTS,
     CheckpointError,
+    code_version,
+    content_id,
     latest_checkpoint,
     load_checkpoint,
+    read_record,
     save_checkpoint,
 )
 from codegym.train.config import TrainConfig
@@ -164,6 +168,10 @@ class Trainer:
         self.digest = config.digest()
         self.split = split_tasks(config.tasks)
         self.pool: list[Task] = list(self.split.train)
+        base = self.model_dir / WEIGHTS
+        self.parent: str | None = content_id(base) if base.is_file() else None
+        """The content id of the weights training continues from (lineage's ``parent``)."""
+        self.last_metrics: dict[str, Any] = {}
         self._resume()
 
     # -- checkpoints -------------------------------------------------------------------
@@ -183,6 +191,7 @@ class Trainer:
         self.sched.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         self.step = int(state["step"])
+        self.parent = read_record(ckpt).get("id", self.parent)
         self.policy.load_weights(self.model.state_dict())
         # Steps logged after the checkpoint by the killed run are redone: drop their lines.
         mf = self.run_dir / self.config.run.metrics_file
@@ -199,9 +208,18 @@ class Trainer:
             "config_digest": self.digest,
             "tasks": self.split.record(),
         }
-        return save_checkpoint(
-            self.run_dir, self.step, self.model, state, self.config.checkpoint.keep
+        record = {
+            "parent": self.parent,
+            "config_digest": self.digest,
+            "tasks": self.split.record(),
+            "metrics": self.last_metrics,
+            "code_version": code_version(),
+        }
+        path = save_checkpoint(
+            self.run_dir, self.step, self.model, state, self.config.checkpoint.keep, record
         )
+        self.parent = read_record(path)["id"]
+        return path
 
     # -- rollouts ----------------------------------------------------------------------
     def tasks_for(self, step: int) -> list[Task]:
@@ -336,6 +354,7 @@ class Trainer:
                         "lr": self.sched.get_last_lr()[0],
                     }
                     metrics.append(row)
+                    self.last_metrics = row
                     _metrics.record_trainer_step(
                         self.step,
                         step_s,
@@ -363,7 +382,14 @@ class Trainer:
         target = out or self.run_dir / "final"
         self.model.save_pretrained(target, safe_serialization=True)
         self.policy.tokenizer.save_pretrained(target)
-        lineage = {"config_digest": self.digest, "step": self.step, "tasks": self.split.record()}
+        lineage = {
+            "checkpoint": content_id(target / WEIGHTS),
+            "parent": self.parent,  # the checkpoint (or base model) these weights are
+            "config_digest": self.digest,
+            "step": self.step,
+            "tasks": self.split.record(),
+            "code_version": code_version(),
+        }
         (target / LINEAGE_FILE).write_text(json.dumps(lineage, indent=1) + "\n")
         return target
 
