@@ -177,13 +177,33 @@ def test_eval_of_a_trained_model_refuses_its_training_tasks(
         return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
     refused = run(suite)
-    assert refused.returncode == 2 and "were trained on" in refused.stderr, refused.stderr
-    assert "--trained-tasks-ok" in refused.stderr
+    said = " ".join(refused.stderr.split())  # rich wraps long lines
+    assert refused.returncode == 2 and "were trained on" in said, said
+    assert "--trained-tasks-ok" in said
     ok = run(heldout_file)
     assert ok.returncode == 0, ok.stderr
     lineage = json.loads(ok.stdout)["config"]["lineage"]
     assert lineage["train_digest"] == split.train.digest and lineage["step"] == 1
     assert lineage["tasks_trained_on"] == 0
+    # runs side by side: the eval's model is tied to the training directory's checkpoint
+    shown = subprocess.run(
+        [str(Path(sys.executable).parent / "codegym"), "runs", str(tmp_path / "ev"),
+         str(tmp_path / "run"), str(final), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    ev, train_dir, model = json.loads(shown.stdout)
+    assert ev["kind"] == "eval" and ev["trained_by"] == f"{tmp_path / 'run'} step 1"
+    assert ev["lineage"]["checkpoint"] == model["lineage"]["checkpoint"]
+    assert train_dir["lineage"]["train_digest"] == ev["lineage"]["train_digest"]
+    assert (train_dir["kind"], train_dir["checkpoints"]) == ("train", 1) and model[
+        "kind"
+    ] == "model"
+    nothing = subprocess.run(
+        [str(Path(sys.executable).parent / "codegym"), "runs", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert nothing.returncode == 2 and "not a run folder" in " ".join(nothing.stderr.split())
     anyway = run(suite, "--trained-tasks-ok")
     assert anyway.returncode == 0, anyway.stderr
     assert json.loads(anyway.stdout)["config"]["lineage"]["tasks_trained_on"] == len(split.train)

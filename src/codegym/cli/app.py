@@ -48,6 +48,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "report",
         "Write a self-contained HTML report for runs, or compare them against a baseline.",
     ),
+    "runs": (
+        "codegym.cli.runs_cmd",
+        "runs",
+        "List runs side by side with the checkpoint, config and data behind each.",
+    ),
     "rollout": (
         "codegym.cli.rollout_cmd",
         "rollout",
