@@ -207,3 +207,24 @@ def test_eval_of_a_trained_model_refuses_its_training_tasks(
     anyway = run(suite, "--trained-tasks-ok")
     assert anyway.returncode == 0, anyway.stderr
     assert json.loads(anyway.stdout)["config"]["lineage"]["tasks_trained_on"] == len(split.train)
+
+
+async def test_retention_keeps_the_newest_and_the_best_by_heldout_score(
+    toy_model: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    cfg = parse_config(small_config(
+        str(run), run={"steps": 4}, tasks={"heldout_tasks": 3},
+        checkpoint={"every": 1, "keep": 1, "heldout_samples": 4},
+    ))  # fmt: skip
+    await Trainer(cfg, toy_model).run()
+    rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    scores = [r["heldout_pass1"] for r in rows]
+    assert len(scores) == 4 and all(0.0 <= x <= 1.0 for x in scores)
+    best = max(range(4), key=lambda i: (scores[i], i)) + 1  # the newer on a tie
+    kept = sorted(int(p.name.split("-")[1]) for p in run.glob("ckpt-*"))
+    assert kept == sorted({best, 4})
+    for step in kept:
+        assert read_record(run / f"ckpt-{step:06d}")["heldout_pass1"] == scores[step - 1]
+    with pytest.raises(ValueError, match="heldout_tasks is 0"):
+        parse_config({"tasks": {"heldout_tasks": 0}, "checkpoint": {"heldout_samples": 2}})

@@ -90,8 +90,9 @@ def save_checkpoint(
     keep: int = 2,
     record: dict[str, Any] | None = None,
 ) -> Path:
-    """Write checkpoint ``step`` atomically; delete all but the newest ``keep``. ``record``
-    (lineage) is written beside the weights with their content id as ``id``."""
+    """Write checkpoint ``step`` atomically; delete all but the newest ``keep`` and the best
+    by held-out pass@1 (``heldout_pass1`` in the records). ``record`` (lineage) is written
+    beside the weights with their content id as ``id``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".ckpt-tmp-", dir=run_dir))
     try:
@@ -110,9 +111,20 @@ def save_checkpoint(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    for old in _complete(run_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    done = _complete(run_dir)
+    best = _best(done)
+    for old in done[:-keep]:
+        if old != best:
+            shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _best(done: list[Path]) -> Path | None:
+    """The checkpoint with the highest held-out pass@1 in its record (the newer on a tie),
+    or None when none was scored."""
+    scored = [(rec["heldout_pass1"], i) for i, p in enumerate(done)
+              if (rec := read_record(p)).get("heldout_pass1") is not None]  # fmt: skip
+    return done[max(scored)[1]] if scored else None
 
 
 def _complete(run_dir: Path) -> list[Path]:

@@ -164,7 +164,11 @@ class CheckpointSection(_Section):
     every: Annotated[int, Field(ge=1)] = 5
     """Save every this many steps (and always at the end)."""
     keep: Annotated[int, Field(ge=1)] = 2
-    """Newest checkpoints kept; older ones are deleted."""
+    """Newest checkpoints kept; older ones are deleted (except the best, below)."""
+    heldout_samples: Annotated[int, Field(ge=0)] = 0
+    """Score every checkpoint on the held-out tasks with this many samples a task (0: do
+    not): its pass@1 goes in the step's metrics and the checkpoint's record, and the best
+    checkpoint by it is kept besides the newest ``keep``."""
 
 
 class TrainConfig(_Section):
@@ -179,6 +183,15 @@ class TrainConfig(_Section):
     tasks: TasksSection = TasksSection()
     sandbox: SandboxSection = SandboxSection()
     checkpoint: CheckpointSection = CheckpointSection()
+
+    @model_validator(mode="after")
+    def _heldout_to_score(self) -> TrainConfig:
+        if self.checkpoint.heldout_samples and not self.tasks.heldout_tasks:
+            raise ValueError(
+                "checkpoint.heldout_samples scores checkpoints on the held-out tasks, but "
+                "tasks.heldout_tasks is 0: hold some out, or set heldout_samples = 0"
+            )
+        return self
 
     def digest(self) -> str:
         """sha256 over the knobs that change the trained weights (not steps, paths, dirs)."""

@@ -213,6 +213,7 @@ class Trainer:
             "config_digest": self.digest,
             "tasks": self.split.record(),
             "metrics": self.last_metrics,
+            "heldout_pass1": self.last_metrics.get("heldout_pass1"),
             "code_version": code_version(),
         }
         path = save_checkpoint(
@@ -261,6 +262,22 @@ class Trainer:
                 sum(t.outcome in PASSING_OUTCOMES for t in trajs) / len(trajs) if trajs else 0.0
             ),
         }
+
+    async def heldout_score(self, executor: LocalExecutor) -> float:
+        """pass@1 of the current weights on the held-out tasks: the mean over tasks of the
+        share of ``checkpoint.heldout_samples`` episodes that pass (infra left out)."""
+        c = self.config
+        cfg = RolloutConfig(
+            group_size=c.checkpoint.heldout_samples,
+            env_concurrency=c.sandbox.env_concurrency,
+            seed=7_919 * (self.step + 1),
+        )
+        fracs = []
+        async for g in RolloutEngine(executor, cfg, env=c.env.name).run(list(self.split.heldout)):
+            if g.trajectories:
+                passed = sum(t.outcome in PASSING_OUTCOMES for t in g.trajectories)
+                fracs.append(passed / len(g.trajectories))
+        return sum(fracs) / len(fracs) if fracs else 0.0
 
     def _counters(self) -> tuple[float, float]:
         p = self.policy
@@ -353,6 +370,9 @@ class Trainer:
                         "tokens_per_s": roll["tokens_generated"] / step_s if step_s else 0.0,
                         "lr": self.sched.get_last_lr()[0],
                     }
+                    saving = self.step % c.checkpoint.every == 0 or self.step == c.run.steps
+                    if saving and c.checkpoint.heldout_samples:
+                        row["heldout_pass1"] = await self.heldout_score(ex)
                     metrics.append(row)
                     self.last_metrics = row
                     _metrics.record_trainer_step(
@@ -367,7 +387,7 @@ class Trainer:
                     # The step's line goes out before its checkpoint: a kill between the
                     # two redoes the step on resume (its line is dropped then), while the
                     # other order lost the line of a checkpointed step for good.
-                    if self.step % c.checkpoint.every == 0 or self.step == c.run.steps:
+                    if saving:
                         await asyncio.to_thread(self.save)
                     if self.on_step is not None:
                         self.on_step(row)
