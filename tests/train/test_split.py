@@ -149,10 +149,11 @@ def test_train_command_takes_a_suite(toy_model: Path, tmp_path: Path) -> None:
 
 
 def test_eval_of_a_trained_model_refuses_its_training_tasks(
-    toy_model: Path, tmp_path: Path
+    toy_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``codegym eval --policy transformers`` on a codegym-trained model: its training tasks
-    are refused (or, with --trained-tasks-ok, counted); the run records the lineage."""
+    are refused (or, with --trained-tasks-ok, counted); the run records the lineage, a
+    passing gate registers the model in MLflow, and ``codegym runs`` ties it all together."""
     import asyncio
     import subprocess
     import sys
@@ -185,6 +186,33 @@ def test_eval_of_a_trained_model_refuses_its_training_tasks(
     lineage = json.loads(ok.stdout)["config"]["lineage"]
     assert lineage["train_digest"] == split.train.digest and lineage["step"] == 1
     assert lineage["tasks_trained_on"] == 0
+    # a gate that passes registers the checkpoint behind the candidate in MLflow; one that
+    # does not, or a candidate without a trained model, registers nothing
+    codegym = str(Path(sys.executable).parent / "codegym")
+    mlruns = tmp_path / "mlruns"
+    gate = [codegym, "gate", str(tmp_path / "ev"), str(tmp_path / "ev"), "--min-tasks", "1",
+            "--register-model", "toy", "--mlflow-uri", str(mlruns)]  # fmt: skip
+    held_back = subprocess.run([*gate, "--on-inconclusive", "fail"], capture_output=True,
+                               text=True, timeout=300)  # fmt: skip
+    assert held_back.returncode == 3 and "not registered" in held_back.stderr, held_back.stderr
+    passed = subprocess.run(gate, capture_output=True, text=True, timeout=300)
+    assert passed.returncode == 0 and "registered toy version 1" in passed.stderr, passed.stderr
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # as codegym's Tracker sets it
+    client = MlflowClient(tracking_uri=mlruns.as_uri(), registry_uri=mlruns.as_uri())
+    (version,) = client.search_model_versions("name='toy'")
+    assert version.tags["checkpoint"] == lineage["checkpoint"]
+    assert version.tags["train_digest"] == split.train.digest
+    files = {f.path for f in client.list_artifacts(version.run_id, "checkpoint")}
+    assert "checkpoint/lineage.json" in files and "checkpoint/model.safetensors" in files
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "summary.json").write_text(json.dumps({"config": {"model": "x"}}))
+    no_model = subprocess.run([*gate[:3], str(tmp_path / "plain"), *gate[4:]],
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert no_model.returncode == 2 and "no checkpoint to register" in " ".join(
+        no_model.stderr.split()
+    )
     # runs side by side: the eval's model is tied to the training directory's checkpoint
     shown = subprocess.run(
         [str(Path(sys.executable).parent / "codegym"), "runs", str(tmp_path / "ev"),

@@ -105,6 +105,16 @@ def gate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     min_tasks: MinTasks = 10,
     min_overlap: MinOverlap = 0.5,
+    register_model: Annotated[
+        str | None,
+        typer.Option(
+            help="When the gate passes, register the candidate's model (a codegym-trained "
+            "checkpoint) as a new version of this MLflow model."
+        ),
+    ] = None,
+    mlflow_uri: Annotated[
+        str | None, typer.Option(help="MLflow tracking URI (default ./mlruns).")
+    ] = None,
 ) -> None:
     """CI gate: exit 0 when the candidate is not worse, 1 on a regression (2: bad input,
     3: inconclusive with --on-inconclusive fail)."""
@@ -113,6 +123,7 @@ def gate(
     opts = CompareOptions(
         margin=margin, alpha=alpha, k=k, min_tasks=min_tasks, min_overlap=min_overlap
     )
+    lineage = _candidate_lineage(candidate) if register_model else None
     result = _compare(baseline, candidate, opts)
     if as_json:
         typer.echo(json.dumps(result.model_dump()))
@@ -121,7 +132,50 @@ def gate(
     code = gate_exit_code(result, on_inconclusive == OnInconclusive.fails)
     word = {0: "PASS", 1: "FAIL: regressed", 3: "FAIL: inconclusive"}[code]
     console.print(f"[bold]gate:[/] {word} (exit {code})", highlight=False)
+    if register_model and lineage is not None:
+        if code == EXIT_OK:
+            version = _register(register_model, lineage, result, mlflow_uri)
+            console.print(f"registered {register_model} version {version}", highlight=False)
+        else:
+            console.print(f"{register_model}: not registered (the gate did not pass)")
     raise typer.Exit(code)
+
+
+def _candidate_lineage(candidate: Path) -> dict[str, object]:
+    """The lineage of the model behind a candidate run, with its model folder checked."""
+    folder = candidate if candidate.is_dir() else candidate.parent
+    try:
+        config = json.loads((folder / "summary.json").read_text()).get("config", {})
+    except (OSError, ValueError) as e:
+        fail(f"{folder}: no readable summary.json to find the candidate's model ({e})")
+    lineage = config.get("lineage") or {}
+    model_dir = Path(str(lineage.get("model_dir") or config.get("model") or ""))
+    if not lineage.get("checkpoint") or not (model_dir / "lineage.json").is_file():
+        fail(
+            f"--register-model: {folder} was not evaluated from a codegym-trained model "
+            "folder (eval --policy transformers, or demo); there is no checkpoint to register"
+        )
+    return {**lineage, "model_dir": str(model_dir)}
+
+
+def _register(name: str, lineage: dict[str, object], result: CompareResult, uri: str | None) -> str:
+    """Log the gated checkpoint to an MLflow run and register it as a version of ``name``."""
+    from codegym.cli._common import mlflow_run
+    from codegym.telemetry.tracking import TrackingError
+
+    stats = {"delta": result.delta, "ci_low": result.ci_low, "ci_high": result.ci_high}
+    with mlflow_run(True, uri, f"gate-{name}", {"lineage": lineage}) as tracker:
+        try:
+            tracker.log_metrics({k: v for k, v in stats.items() if v is not None})
+            tracker.log_artifact(str(lineage["model_dir"]), "checkpoint")
+            tags = {k: str(lineage.get(k)) for k in ("checkpoint", "parent", "config_digest",
+                                                     "train_digest", "step")}  # fmt: skip
+            version: str = tracker.register_model(
+                name, "checkpoint", tags | {"verdict": result.verdict}
+            )
+            return version
+        except TrackingError as e:
+            fail(str(e))
 
 
 def gate_exit_code(result: CompareResult, fail_inconclusive: bool) -> int:

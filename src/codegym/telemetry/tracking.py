@@ -113,7 +113,7 @@ class Tracker:
                 "install it with `pip install mlflow-skinny` or run without tracking"
             ) from e
         try:
-            client = MlflowClient(tracking_uri=self.tracking_uri)
+            client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=self.tracking_uri)
             exp = client.get_experiment_by_name(self.experiment)
             exp_id = exp.experiment_id if exp is not None else None
             if exp_id is None:
@@ -208,6 +208,30 @@ class Tracker:
             self._call(lambda: client.log_artifacts(run_id, str(p), artifact_path))
         else:
             self._call(lambda: client.log_artifact(run_id, str(p), artifact_path))
+
+    def register_model(
+        self, name: str, artifact_path: str, tags: Mapping[str, str] | None = None
+    ) -> str:
+        """Register this run's artifact folder ``artifact_path`` as a new version of the
+        model ``name`` in the registry (the tracking store's), creating the model when it
+        is new; returns the version.
+
+        Raises:
+            TrackingError: the registry refused it, or the store failed.
+        """
+        from mlflow.exceptions import MlflowException
+
+        client, run_id = self._live()
+        try:
+            client.get_registered_model(name)
+        except MlflowException:
+            self._call(lambda: client.create_registered_model(name))
+        version = self._call(
+            lambda: client.create_model_version(
+                name, f"runs:/{run_id}/{artifact_path}", run_id=run_id, tags=dict(tags or {})
+            )
+        )
+        return str(version.version)
 
     # -- machinery -----------------------------------------------------------
 
