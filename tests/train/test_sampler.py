@@ -82,3 +82,25 @@ async def test_new_weights_bump_the_version_generations_carry(toy_model: Path) -
     (after,) = await p.generate_tokens(prompt, SamplingParams(max_tokens=4, seed=0))
     assert (before.policy_version, after.policy_version) == (0, 1)
     assert after.logprobs != before.logprobs  # the new weights sample
+
+
+async def test_the_context_bounds_prompts_and_samples(policy: LocalPolicy) -> None:
+    """A prompt that fills the context is refused alone (its batch-mates are sampled); one
+    near the end of it stops there with "length"; a short row sharing the batch with a long
+    one runs to its own limit."""
+    from codegym.policies import PolicyError
+
+    ctx = policy.context_length
+    params = SamplingParams(temperature=1.0, max_tokens=40, stop=(), seed=1)
+    near_end = [5] * (ctx - 3)
+    results = await asyncio.gather(
+        policy.generate_tokens([5] * ctx, params),
+        policy.generate_tokens(near_end, params),
+        policy.generate_tokens([5, 6], params),
+        return_exceptions=True,
+    )
+    too_long, (near,), (short,) = results  # type: ignore[misc]
+    assert isinstance(too_long, PolicyError) and too_long.kind == "config"
+    assert f"context is {ctx}" in str(too_long)
+    assert len(near.token_ids) <= 3 and near.finish_reason in ("length", "stop")
+    assert len(short.token_ids) == 40 or short.finish_reason == "stop"

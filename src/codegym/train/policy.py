@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from codegym.policies.errors import PolicyError
 from codegym.policies.policy import Generation, Message, SamplingParams
 
 __all__ = ["LocalPolicy", "PolicyHook", "PromptTokenizer", "TrainablePolicy"]
@@ -125,6 +126,13 @@ class LocalPolicy:
         self.eos_id: int = int(self.tokenizer.eos_token_id)
         self.pad_id: int = int(self.tokenizer.pad_token_id)
         self.max_batch = max_batch
+        config = self.model.config
+        self.context_length: int = int(
+            getattr(config, "max_position_embeddings", None)
+            or getattr(config, "n_positions", None)
+            or 1 << 30
+        )
+        """Prompt and generated tokens together never pass it (the position table's size)."""
         self._version = 0
         self._lock = threading.Lock()
         """Held by a batch and by ``load_weights``: weights never change mid-batch."""
@@ -152,6 +160,14 @@ class LocalPolicy:
             raise ValueError(f"LocalPolicy: top_p={params.top_p} is not supported; use 1.0")
         if not prompt_ids:
             raise ValueError("LocalPolicy: empty prompt")
+        if len(prompt_ids) >= self.context_length:
+            # refused alone, before batching: one long prompt must not fail its batch-mates
+            raise PolicyError(
+                "config",
+                f"LocalPolicy: the prompt has {len(prompt_ids)} tokens; the model's context "
+                f"is {self.context_length}; shorten the prompt or use a model with a longer "
+                "context",
+            )
         fut: asyncio.Future[list[Generation]] = asyncio.get_running_loop().create_future()
         self._pending.append(_Request(list(prompt_ids), params, fut))
         if self._worker is None or self._worker.done():
@@ -236,7 +252,8 @@ class LocalPolicy:
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         temps = torch.tensor([max(pr.temperature, 1e-6) for _, pr, _ in rows]).unsqueeze(-1)
         greedy = [pr.temperature == 0 for _, pr, _ in rows]
-        limit = [pr.max_tokens for _, pr, _ in rows]
+        # a row stops at the context's end too ("length"), never past the position table
+        limit = [min(pr.max_tokens, self.context_length - len(p)) for p, pr, _ in rows]
         out_ids: list[list[int]] = [[] for _ in rows]
         out_lp: list[list[float]] = [[] for _ in rows]
         reasons = ["length"] * b
@@ -270,7 +287,8 @@ class LocalPolicy:
             if all(done):
                 break
             attn = torch.cat([attn, torch.ones((b, 1), dtype=torch.long)], dim=-1)
-            pos = pos[:, -1:] + 1
+            # rows already done keep stepping with the batch: hold them inside the table
+            pos = (pos[:, -1:] + 1).clamp(max=self.context_length - 1)
             res = self.model(
                 input_ids=nxt,
                 attention_mask=attn,
