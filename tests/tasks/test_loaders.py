@@ -265,19 +265,29 @@ _MBPP_PLUS_ORIGIN = {"task_id": 2, "prompt": "Return x.", "code": "def f(x):\n  
                      "test": "import numpy\nfor i in [2]:\n    assert f(i) == i\n"}  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "row", [_PLUS, _MBPP_PLUS, _MBPP_PLUS_ORIGIN], ids=["he+", "mbpp+", "origin"]
-)
-def test_an_evalplus_file_is_refused_not_read_as_a_weaker_format(
+@pytest.mark.parametrize("row", [_PLUS, _MBPP_PLUS], ids=["he+", "mbpp+"])
+def test_an_evalplus_file_is_read_as_evalplus_never_as_a_weaker_format(
     tmp_path: Path, row: dict[str, object]
 ) -> None:
     path = tmp_path / "plus.jsonl"
     path.write_text(json.dumps(row) + "\n")
-    with pytest.raises(DatasetError, match=r"plus\.jsonl:1: an EvalPlus record"):
+    (task,) = load_suite(str(path))
+    assert task.metadata["format"] == "evalplus" and task.part_names == ("base", "plus")
+    with pytest.raises(DatasetError, match=r"an EvalPlus record.*--format evalplus"):
+        load_jsonl(path, format="humaneval")  # naming a weaker format does not reduce it
+
+
+def test_evalplus_in_the_original_layout_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "plus.jsonl"
+    path.write_text(json.dumps(_MBPP_PLUS_ORIGIN) + "\n")
+    with pytest.raises(DatasetError, match=r"plus\.jsonl:1: an EvalPlus record in the original"):
         load_suite(str(path))
-    forced = "mbpp" if "test_list" in row else "humaneval"
-    with pytest.raises(DatasetError, match="an EvalPlus record"):
-        load_jsonl(path, format=forced)  # naming a weaker format does not reduce it either
+    he = {**_PLUS, "test": "import numpy as np\ndef assertion(out, exp, atol):\n    pass\n"}
+    for k in ("base_input", "plus_input", "atol"):
+        he.pop(k)
+    path.write_text(json.dumps(he) + "\n")
+    with pytest.raises(DatasetError, match=r"MbppPlus\.jsonl"):
+        load_suite(str(path))
 
 
 def test_mbpp_without_a_callable_entry_point_asks_for_the_field(tmp_path: Path) -> None:

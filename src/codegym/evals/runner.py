@@ -67,6 +67,8 @@ class SampleResult:
     raw: str | None = None
     """The model's raw text when it differs from ``completion``."""
     flaky: bool = False
+    parts: dict[str, str] | None = None
+    """A task with named tests (EvalPlus's ``base`` and ``plus``): each one's outcome."""
     cached: bool = False
     """Scored in an earlier run (read from the store)."""
     generation_key: str | None = None
@@ -83,6 +85,8 @@ class SampleResult:
         d.pop("score_key")
         if d["raw"] is None:
             d.pop("raw")
+        if d["parts"] is None:
+            d.pop("parts")
         return {**extra, **d}
 
 
@@ -342,6 +346,7 @@ class Runner:
             res.passed, res.outcome, res.detail = known["passed"], known["outcome"], known["detail"]
             res.cpu_s, res.wall_s = known.get("cpu_s"), known.get("wall_s")
             res.flaky, res.cached = bool(known.get("flaky")), True
+            res.parts = _parts_from(known.get("parts") or "")
         else:
             scores = [await self._score_once(task, res.completion)]
             while len(scores) < self._cfg.flaky_repeats and not scores[-1].is_infra:
@@ -349,6 +354,7 @@ class Runner:
             first = scores[0]
             res.passed, res.outcome, res.detail = first.passed, first.outcome, first.detail
             res.cpu_s, res.wall_s = first.cpu_s, first.wall_s
+            res.parts = dict(first.parts) or None
             if any(s.is_infra for s in scores):
                 bad = next(s for s in scores if s.is_infra)
                 res.passed, res.outcome, res.detail = False, "infra", bad.detail
@@ -447,4 +453,11 @@ def _score_record(r: SampleResult) -> Record:
         "cpu_s": r.cpu_s,
         "wall_s": r.wall_s,
         "flaky": r.flaky,
+        "parts": ",".join(f"{k}={v}" for k, v in (r.parts or {}).items()),
     }
+
+
+def _parts_from(text: str) -> dict[str, str] | None:
+    """``Score.parts`` as the store keeps them (``base=pass,plus=fail``)."""
+    pairs = [p.partition("=") for p in text.split(",") if p]
+    return {k: v for k, _, v in pairs} or None

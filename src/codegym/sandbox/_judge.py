@@ -13,6 +13,11 @@ the task's, not the program's) except those listed as the program's, then this
 interpreter's builtins, then the program: a function or class becomes a proxy called
 across the socket, a plain value is copied, a module is imported here afresh.
 
+The test's trusted code also finds ``__judge__`` in its globals (``_Services``): a
+deadline for the program's answers, the program's names looked up directly, values kept
+across tests of one judge (expected outputs derived from a reference), and a way to
+report the task itself as broken.
+
 Arguments and results cross as plain data (``_plain``); a call that raises in the
 program raises the nearest built-in exception here. The program breaking the protocol
 (a result that is not plain data, a malformed or oversized reply) or going away
@@ -28,6 +33,7 @@ import os
 import random
 import socket
 import sys
+import time
 
 import _plain
 
@@ -36,6 +42,15 @@ MAX_REPLY = 16 << 20
 
 class ProgramFault(BaseException):
     """The program broke the protocol or went away; the test fails whatever it catches."""
+
+
+class ProgramLate(BaseException):
+    """The program did not answer a call before the deadline the test set for it."""
+
+
+class TaskFault(BaseException):
+    """The test's own trusted code found the task broken (its reference raised, say):
+    reported as ``infra``, never the program's fault."""
 
 
 class ProgramRaised(Exception):
@@ -50,9 +65,13 @@ class _Link:
         self.reader = _plain.Reader(fd)
         self.fault = ""  # the first protocol fault, which fails the test
         self.gone = False  # the program's end closed: it exited or died
+        self.late = ""  # why the program missed a deadline: the call socket is out of step
+        self.started = 0.0  # when the deadline was set (for the message)
         self.calls = 0
 
     def ask(self, message: list) -> list:
+        if self.late:
+            raise ProgramLate(self.late)
         if self.gone or self.fault:
             raise ProgramFault(self.fault or "the program is gone")
         self.calls += 1
@@ -61,6 +80,10 @@ class _Link:
             raw = self.reader.recv(MAX_REPLY)
         except OSError:
             raw = None
+        except _plain.Late:
+            budget = self.reader.deadline - self.started if self.reader.deadline else 0.0
+            self.late = f"the program did not answer within {budget:.3g}s"
+            raise ProgramLate(self.late) from None
         except _plain.NotPlain as e:
             self._fail(f"broke the call protocol: {e}")
         if raw is None:
@@ -80,9 +103,11 @@ class _Link:
         self.fault = self.fault or f"the program {why}"
         raise ProgramFault(self.fault)
 
-    def call(self, target: list, args: tuple, kwargs: dict) -> object:
+    def call(self, target: list, args: tuple, kwargs: dict, loose: bool = False) -> object:
         try:
             wire = ["call", target, [_arg(a) for a in args], _kwargs(kwargs)]
+            if loose:
+                wire.append(True)
         except _plain.NotPlain as e:
             raise TypeError(
                 f"the test passed {e} to the program; only plain data crosses"
@@ -148,15 +173,16 @@ def _exception(names: object, message: object) -> BaseException:
 class _Proxy:
     """A function or class of the program, called across the socket."""
 
-    __slots__ = ("__name__", "_link", "_target")
+    __slots__ = ("__name__", "_link", "_loose", "_target")
 
-    def __init__(self, link: _Link, target: list, name: str) -> None:
+    def __init__(self, link: _Link, target: list, name: str, loose: bool = False) -> None:
         self._link = link
         self._target = target
         self.__name__ = name
+        self._loose = loose
 
     def __call__(self, *args: object, **kwargs: object) -> object:
-        return self._link.call(self._target, args, kwargs)
+        return self._link.call(self._target, args, kwargs, self._loose)
 
     def __repr__(self) -> str:
         return f"<the program's {self.__name__}>"
@@ -202,6 +228,74 @@ class _Handle:
         return "<an object of the program>"
 
 
+_MEMO: dict[str, object] = {}
+_MEMO_MAX = 1024  # EvalPlus: two per task, 1,084 in HumanEval+ and MBPP+ together
+
+
+class _Services:
+    """What a test's trusted code may ask of the judge, as the global ``__judge__``.
+
+    The program never sees it (the judge's globals are not the program's), and its
+    name starts with ``__``, which no lookup in the program answers.
+    """
+
+    __slots__ = ("_link",)
+
+    def __init__(self, link: _Link) -> None:
+        self._link = link
+
+    def deadline(self, seconds: float | None) -> None:
+        """The program must answer the calls from now on within ``seconds`` in all (from
+        this moment); None: no deadline. A miss fails the test as ``timeout``."""
+        reader = self._link.reader
+        self._link.started = time.monotonic()
+        reader.deadline = None if seconds is None else self._link.started + max(0.0, seconds)
+
+    def memo(self, key: str, make):  # type: ignore[no-untyped-def]
+        """``make()``, computed once per judge for ``key`` (a digest of everything it
+        depends on): expected values a task derives from its reference, say. Only the
+        test's trusted code computes what is kept; the program never reaches it."""
+        if key in _MEMO:
+            return _MEMO[key]
+        value = make()
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = value
+        return value
+
+    def program(self, name: str) -> object:
+        """The program's ``name`` (a proxy for a function or class), even where the
+        test's globals or the builtins have one of that name; ``KeyError`` when it has
+        none. The first lookup waits for the program to be ready (its import)."""
+        value = _fetch(self._link, name)
+        if value is _NONE:
+            raise KeyError(name)
+        return value
+
+    def loose(self, fn: object) -> object:
+        """``fn`` (a proxy of the program's) as one whose results need not be plain data:
+        a subclass of a plain type comes as its base (a ``Counter`` as a ``dict``), and
+        anything else as an opaque object, equal only to itself (for a test that asks no
+        more than ``is not None``, as some of MBPP+'s do)."""
+        if type(fn) is not _Proxy:
+            return fn
+        return _Proxy(self._link, fn._target, fn.__name__, loose=True)
+
+    @staticmethod
+    def plain(value: object) -> object:
+        """``value`` as the program's loose results come (``_plain.loosen``), or itself
+        when it is not plain data in any form: so expected values made here compare
+        with them like for like."""
+        try:
+            return _plain.loosen(value)
+        except _plain.NotPlain:
+            return value
+
+    def task_fault(self, why: str) -> TaskFault:
+        """The exception that reports the task itself as broken (``raise`` it)."""
+        return TaskFault(str(why)[:500])
+
+
 class _Globals(dict):
     """The test's globals: a name it does not define is looked up in the program."""
 
@@ -212,20 +306,29 @@ class _Globals(dict):
     def __missing__(self, name: str) -> object:
         if hasattr(builtins, name) or name.startswith("__"):
             raise KeyError(name)  # the lookup goes on to this interpreter's builtins
-        reply = self._link.ask(["get", name])
-        kind = reply[0]
-        if kind == "fn":
-            value: object = _Proxy(self._link, ["g", name], name)
-        elif kind == "val" and len(reply) == 2:
-            value = reply[1]
-        elif kind == "mod" and len(reply) == 2 and reply[1] in sys.modules:
-            # only a module this interpreter loaded already: the program must not choose
-            # what the judge imports (``unittest.__main__`` runs a program on import)
-            value = sys.modules[reply[1]]
-        else:
+        value = _fetch(self._link, name)
+        if value is _NONE:
             raise KeyError(name)
         self[name] = value
         return value
+
+
+_NONE = object()
+
+
+def _fetch(link: _Link, name: str) -> object:
+    """The program's global ``name`` as the test sees it, or ``_NONE``."""
+    reply = link.ask(["get", name])
+    kind = reply[0]
+    if kind == "fn":
+        return _Proxy(link, ["g", name], name)
+    if kind == "val" and len(reply) == 2:
+        return reply[1]
+    if kind == "mod" and len(reply) == 2 and reply[1] in sys.modules:
+        # only a module this interpreter loaded already: the program must not choose
+        # what the judge imports (``unittest.__main__`` runs a program on import)
+        return sys.modules[reply[1]]
+    return _NONE
 
 
 def run(setup, code, program_names: list, fd: int) -> dict:  # type: ignore[no-untyped-def]
@@ -237,6 +340,7 @@ def run(setup, code, program_names: list, fd: int) -> dict:  # type: ignore[no-u
     """
     link = _Link(fd)
     g = _Globals(link)
+    g["__judge__"] = _Services(link)
     # the builtins the test's code names, put in its globals: a lookup in a dict subclass
     # that misses costs a call of __missing__ and a raised KeyError before the builtins
     for code_obj in (setup, code):
@@ -253,6 +357,10 @@ def run(setup, code, program_names: list, fd: int) -> dict:  # type: ignore[no-u
         result = {"passed": True, "verdict": "ok", "detail": ""}
     except ProgramFault:
         result = {"passed": False, "verdict": "error", "detail": ""}
+    except ProgramLate as e:
+        result = {"passed": False, "verdict": "timeout", "detail": _describe(e)}
+    except TaskFault as e:
+        return {"passed": False, "verdict": "infra", "detail": f"the task: {e}"}
     except AssertionError as e:
         result = {"passed": False, "verdict": "ok", "detail": _describe(e)}
     except MemoryError:

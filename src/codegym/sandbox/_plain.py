@@ -26,7 +26,9 @@ import base64
 import binascii
 import json
 import os
+import select
 import struct
+import time
 
 MAX_DEPTH = 100
 """Nesting deeper than this is refused (cycles included) on both sides."""
@@ -39,6 +41,10 @@ _SCALARS = frozenset((type(None), bool, int, float, str))
 
 class NotPlain(TypeError):
     """A value, or a message, is not plain data as defined above."""
+
+
+class Late(Exception):
+    """A ``Reader`` with a deadline got no whole frame before it."""
 
 
 # ---------------------------------------------------------------- encoding
@@ -67,6 +73,31 @@ def tree(value: object, depth: int = 0) -> object:
     if encode is None:
         raise NotPlain(f"a {_type_name(value)} is not plain data")
     return encode(value, depth + 1)
+
+
+_BASES = (bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
+
+
+def loosen(value: object, depth: int = 0) -> object:
+    """``value`` with instances of subclasses of plain types (a ``Counter``, a named
+    tuple, an ``OrderedDict``) made their plain base, all the way down.
+
+    Raises:
+        NotPlain: something in it is no plain type nor a subclass of one.
+    """
+    t = type(value)
+    if t in _SCALARS:
+        return value
+    if depth >= MAX_DEPTH:
+        raise NotPlain(f"nested deeper than {MAX_DEPTH} levels (or a cycle)")
+    base = next((b for b in _BASES if isinstance(value, b)), None)
+    if base is None:
+        raise NotPlain(f"a {_type_name(value)} is not plain data")
+    if base is dict:
+        return {loosen(k, depth + 1): loosen(v, depth + 1) for k, v in value.items()}  # type: ignore[attr-defined]
+    if base in (list, tuple, set, frozenset):
+        return base(loosen(v, depth + 1) for v in value)  # type: ignore[attr-defined]
+    return base(value)  # type: ignore[call-arg]
 
 
 def _items(values, depth: int) -> list:  # type: ignore[no-untyped-def]
@@ -197,6 +228,8 @@ class Reader:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.buf = bytearray()
+        self.deadline: float | None = None
+        """``time.monotonic()`` past which a read waiting for bytes raises ``Late``."""
 
     def recv(self, cap: int) -> bytes | None:
         """One frame; None on a clean end of stream before a frame starts.
@@ -220,6 +253,12 @@ class Reader:
 
     def _fill(self, want: int) -> bool:
         while len(self.buf) < want:
+            if self.deadline is not None:
+                left = self.deadline - time.monotonic()
+                poller = select.poll()
+                poller.register(self.fd, select.POLLIN)
+                if left <= 0 or not poller.poll(left * 1000):
+                    raise Late("no answer before the deadline")
             chunk = os.read(self.fd, max(16384, want - len(self.buf)))
             if not chunk:
                 return False

@@ -11,6 +11,9 @@ Requests (judge -> program), replies (program -> judge), all ``_plain`` messages
   (plain data), ``["mod", module_name]``, ``["none"]`` (no such name, or not plain);
 - ``["call", target, args, kwargs]`` with target ``["g", name]`` or ``["m", handle, attr]``
   -> ``["ok", v, mutated]``, ``["obj", handle]`` (calling a class made an instance),
+  ``["raise", builtin_base_names, message]`` or ``["bad", why]``; with a fifth item,
+  true (``loose``), a result that is not plain data is sent as its plain base
+  (``_plain.loosen``) or, failing that, kept here and answered as ``["obj", handle]``,
   ``["raise", builtin_base_names, message]`` or ``["bad", why]``. ``mutated`` lists the
   list, dict, set and bytearray arguments the call changed, as ``[position, v]``;
 - ``["attr", handle, name]`` -> ``["fn"]``, ``["val", v]`` or ``["bad", why]``.
@@ -74,7 +77,7 @@ def _answer(g: dict, objects: dict, msg: object) -> list:
             return ["fn"]
         return ["val", _plain.tree(value)]
     if op == "call":
-        return _call(g, objects, msg[1], msg[2], msg[3])
+        return _call(g, objects, msg[1], msg[2], msg[3], len(msg) > 4 and msg[4] is True)
     return ["bad", "unknown request"]
 
 
@@ -94,7 +97,9 @@ def _describe(value: object) -> list:
         return ["none"]
 
 
-def _call(g: dict, objects: dict, target: list, args: list, kwargs: dict | None) -> list:
+def _call(
+    g: dict, objects: dict, target: list, args: list, kwargs: dict | None, loose: bool = False
+) -> list:
     if target[0] == "g":
         fn = g.get(target[1], _MISSING)
     else:
@@ -121,7 +126,14 @@ def _call(g: dict, objects: dict, target: list, args: list, kwargs: dict | None)
         else:
             value = _plain.tree(result)
     except _plain.NotPlain as e:
-        return ["bad", f"{target[-1]} returned {e}"]
+        if not loose:
+            return ["bad", f"{target[-1]} returned {e}"]
+        try:
+            value = _plain.tree(_plain.loosen(result))
+        except _plain.NotPlain:
+            handle = len(objects) + 1
+            objects[handle] = result
+            return ["obj", handle]
     except BaseException as e:
         return _raised(e)
     changed = []

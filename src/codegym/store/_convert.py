@@ -76,7 +76,8 @@ def gen_row(g: GenerationRecord) -> tuple[Any, ...]:
 
 
 def score_row(s: ScoreRecord) -> tuple[Any, ...]:
-    return (s.key, s.passed, s.outcome, storable(s.detail), s.cpu_s, s.wall_s, s.flaky, s.created)
+    detail = storable(s.detail)
+    return (s.key, s.passed, s.outcome, detail, s.cpu_s, s.wall_s, s.flaky, s.created, s.parts)
 
 
 def to_json(value: Any, what: str) -> str:

@@ -28,7 +28,9 @@ CREATE TABLE IF NOT EXISTS generations (
 CREATE TABLE IF NOT EXISTS scores (
     key VARCHAR PRIMARY KEY, passed BOOLEAN NOT NULL, outcome VARCHAR NOT NULL,
     detail VARCHAR NOT NULL, cpu_s DOUBLE NOT NULL, wall_s DOUBLE NOT NULL,
-    flaky BOOLEAN NOT NULL, created DOUBLE NOT NULL);
+    flaky BOOLEAN NOT NULL, created DOUBLE NOT NULL, parts VARCHAR NOT NULL DEFAULT '');
+-- added after schema 1 was released; a store made before it gains the column on open
+ALTER TABLE scores ADD COLUMN IF NOT EXISTS parts VARCHAR DEFAULT '';
 CREATE TABLE IF NOT EXISTS trajectories (
     key VARCHAR PRIMARY KEY, run_id VARCHAR, task_id VARCHAR, reward DOUBLE,
     outcome VARCHAR, data VARCHAR NOT NULL, created DOUBLE NOT NULL);
@@ -63,6 +65,7 @@ SCORES: Final[Columns] = (
     ("wall_s", "float64"),
     ("flaky", "bool_"),
     ("created", "float64"),
+    ("parts", "string"),
 )
 TRAJECTORIES: Final[Columns] = (
     ("key", "string"),

@@ -133,6 +133,9 @@ class ScoreRecord:
     """Repeated executions disagreed (the runner's ``flaky_repeats``)."""
     created: float = field(default_factory=time.time)
     """Unix time the record was made."""
+    parts: str = ""
+    """A task with named tests (EvalPlus's base and plus): each one's outcome,
+    ``name=outcome`` joined by commas; empty for other tasks."""
 
     def __post_init__(self) -> None:
         check_key(self.key, "ScoreRecord.key")
@@ -147,6 +150,7 @@ class ScoreRecord:
         _check("ScoreRecord", "wall_s", self.wall_s, (int, float), False)
         _check("ScoreRecord", "flaky", self.flaky, (bool,), False)
         _check("ScoreRecord", "created", self.created, (int, float), False)
+        _check("ScoreRecord", "parts", self.parts, (str,), False)
 
 
 @dataclass(frozen=True)

@@ -273,7 +273,7 @@ class Store:
     def get_scores(self, keys: Iterable[str]) -> dict[str, ScoreRecord]:
         """The stored scores among ``keys`` (missing keys are absent)."""
         cols = self._select_keys("scores", keys)
-        return {r["key"]: C.loaded(ScoreRecord, r) for r in C.rows(cols)}
+        return {r["key"]: _score(r) for r in C.rows(cols)}
 
     def put_trajectories(self, items: Iterable[TrajectoryRecord]) -> int:
         """Store episodes; returns how many keys were new.
@@ -431,7 +431,7 @@ class Store:
         """
         self._require_run(run_id, "run_items")
         g = ", ".join(f"g.{c} AS g_{c}" for c, _ in _schema.GENERATIONS)
-        s = ", ".join(f"s.{c} AS s_{c}" for c, _ in _schema.SCORES)
+        s = ", ".join(f"s.{c} AS s_{c}" for c in self._score_columns())
         cols = self._select(
             f"SELECT i.*, {g}, {s} FROM run_items i "
             "LEFT JOIN generations g ON g.key = i.generation_key "
@@ -457,10 +457,18 @@ class Store:
                 RunRow(
                     item,
                     C.generation(gen) if gen["key"] is not None else None,
-                    C.loaded(ScoreRecord, sc) if sc["key"] is not None else None,
+                    _score(sc) if sc["key"] is not None else None,
                 )
             )
         return out
+
+    def _score_columns(self) -> list[str]:
+        """The scores table's columns: a store made before ``parts`` and opened read-only
+        (so not brought up to date) lacks it."""
+        have = self._select(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'scores'"
+        )["column_name"]
+        return [c for c, _ in _schema.SCORES if c in have]
 
     def export(
         self, run_id: str, url: str | Path, format: Literal["parquet", "jsonl"] = "parquet"
@@ -491,3 +499,10 @@ class Store:
         sql = " UNION ALL ".join(f"SELECT '{n}', count(*) FROM {n}" for n in names)
         with self._lock:
             return {n: int(c) for n, c in self._conn().execute(sql).fetchall()}
+
+
+def _score(row: dict[str, Any]) -> ScoreRecord:
+    row.setdefault("parts", "")  # see Store._score_columns
+    if row["parts"] is None:
+        row["parts"] = ""
+    return C.loaded(ScoreRecord, row)

@@ -1,10 +1,13 @@
 """Dataset record formats: one JSON object (a JSONL line) in, one ``Task`` out.
 
-Four formats, detected from their fields (``detect_format``) or forced by the caller:
+Five formats, detected from their fields (``detect_format``) or forced by the caller:
 
 ==============  =====================================================  ==================
 format          fields read                                            task shape
 ==============  =====================================================  ==================
+evalplus        task_id, prompt, entry_point, canonical_solution,       assert-style, two
+                base_input, plus_input, atol (HumanEval+, MBPP+)        parts: base, plus
+                (``codegym.tasks.evalplus``, docs/evalplus.md)
 humaneval       task_id, prompt, entry_point, test, canonical_solution  assert-style
 mbpp            task_id, text|prompt, code, test_list,                  assert-style
                 test_setup_code, test_imports (entry_point optional:
@@ -42,11 +45,12 @@ from typing import Any, Final
 
 from codegym._registry import Registry
 from codegym.errors import CodegymError
+from codegym.tasks import evalplus
 from codegym.tasks.task import IOCase, Task
 
 Format = str
 """A registered format's name (``DATASET_FORMATS``)."""
-FORMATS: Final[tuple[str, ...]] = ("humaneval", "mbpp", "apps", "codecontests")
+FORMATS: Final[tuple[str, ...]] = ("evalplus", "humaneval", "mbpp", "apps", "codecontests")
 """The built-in formats."""
 
 # CodeContests' Language enum: 3 is PYTHON3 (1 is Python 2, which we cannot run).
@@ -184,19 +188,26 @@ def _called_names(code: str) -> set[str]:
 def refuse_evalplus(row: Mapping[str, Any]) -> None:
     """Refuse an EvalPlus record rather than read it as a weaker format: HumanEval+ and
     MBPP+ carry base and plus inputs and a float tolerance (``base_input``, ``plus_input``,
-    ``atol``), and MBPP+ in MBPP's layout keeps its plus tests in ``test``. Read as
-    HumanEval or MBPP they would lose exactly those, without a word.
+    ``atol``), which the ``evalplus`` format reads; their "original format" files keep the
+    plus tests in a ``test`` script that needs numpy, which the sandbox's Python lacks.
 
     Raises:
         RecordError: ``row`` is one of those (the message says what to use instead).
     """
     plus = [k for k in ("base_input", "plus_input", "atol") if k in row]
-    if plus or ("test_list" in row and isinstance(row.get("test"), str) and row["test"].strip()):
-        why = f"fields {plus}" if plus else "a 'test' script beside 'test_list'"
+    if plus:
         raise RecordError(
-            f"an EvalPlus record ({why}): codegym does not run EvalPlus's plus inputs yet, "
-            "and reading it as HumanEval or MBPP would drop them and their tolerance; "
-            "use the original HumanEval or MBPP file (or drop those fields on purpose)"
+            f"an EvalPlus record (fields {plus}): read it with --format evalplus (or leave "
+            "the format to detection); as HumanEval or MBPP it would lose its plus inputs "
+            "and tolerance"
+        )
+    test = row.get("test")
+    script = "test_list" in row and isinstance(test, str) and bool(test.strip())
+    if script or (isinstance(test, str) and "import numpy" in test and "def assertion(" in test):
+        raise RecordError(
+            "an EvalPlus record in the original layout (its plus tests are a 'test' script "
+            "that imports numpy, which the sandbox's Python lacks): use the same release's "
+            "HumanEvalPlus.jsonl / MbppPlus.jsonl, which codegym judges as evalplus does"
         )
 
 
@@ -399,6 +410,14 @@ def check_format(fmt: str) -> Format:
 
 
 # detection order: the most distinctive fields first
+DATASET_FORMATS.register(
+    "evalplus",
+    DatasetFormat(
+        evalplus.is_evalplus,
+        evalplus.to_task,
+        "EvalPlus (base_input, plus_input, canonical_solution, entry_point, atol)",
+    ),
+)
 DATASET_FORMATS.register(
     "codecontests",
     DatasetFormat(

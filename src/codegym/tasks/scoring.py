@@ -7,6 +7,7 @@ a failure. With several test cases the first failing case decides the outcome.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from codegym.sandbox import ExecResult, Limits, Verdict
@@ -34,14 +35,28 @@ class Score:
     """Sandbox CPU seconds across all test cases."""
     wall_s: float
     """Sandbox wall seconds for the whole call."""
+    parts: tuple[tuple[str, str], ...] = ()
+    """A task with named tests (``Task.parts``): each one's outcome, by name."""
 
     @property
     def is_infra(self) -> bool:
         return is_infra(self.outcome)
 
 
-def outcome_of(result: ExecResult) -> Score:
-    """Map a sandbox result (one or more tests) to a scored outcome."""
+def outcome_of(result: ExecResult, parts: tuple[str, ...] = ()) -> Score:
+    """Map a sandbox result (one or more tests) to a scored outcome; ``parts`` names the
+    tests, when they have names, for their outcomes one by one."""
+    score = _first_failure(result)
+    if not parts or score.outcome == "infra" or len(result.tests) != len(parts):
+        return score
+    each = tuple(
+        (name, "pass" if t.passed else "fail" if t.verdict is Verdict.OK else t.verdict.value)
+        for name, t in zip(parts, result.tests, strict=True)
+    )
+    return dataclasses.replace(score, parts=each)
+
+
+def _first_failure(result: ExecResult) -> Score:
     if result.verdict is Verdict.INFRA:
         return Score(False, "infra", result.reason, result.cpu_s, result.wall_s)
     if not result.tests:
@@ -71,7 +86,7 @@ async def score(
     if unrunnable:
         return Score(False, "error", unrunnable, 0.0, 0.0)
     result = await sandbox.run_tests(program, task.tests(), limits=lim)
-    return outcome_of(result)
+    return outcome_of(result, task.part_names)
 
 
 def _unrunnable(completion: str, program: str) -> str:

@@ -56,6 +56,13 @@ class Task:
     """Group label for clustered standard errors (defaults to the id)."""
     limits: Limits | None = None
     """Per-task limits (set from the reference's measured CPU time); None: the suite's."""
+    parts: tuple[tuple[str, str], ...] = ()
+    """Assert-style, instead of ``test``: named tests, each code the judge runs in a fresh
+    run of the program (EvalPlus's ``base`` and ``plus``); the sample passes when all
+    do, and each part's outcome is reported (``Score.parts``)."""
+    harness: str = ""
+    """Trusted code the judge runs before each test instead of the prompt (a checker
+    library the parts call); empty: the prompt (see ``_judge_setup``)."""
     repo: str = ""
     """A repository task instead of tests here: its ``SweTask`` as JSON, graded by
     ``codegym.tasks.swe.grade`` on a copy of its repository (the ``repo`` environment)."""
@@ -65,13 +72,20 @@ class Task:
     def __post_init__(self) -> None:
         if not self.id:
             raise ValueError("a task needs a non-empty id")
-        if sum(map(bool, (self.io_cases, self.test, self.repo))) != 1:
+        if sum(map(bool, (self.io_cases, self.test or self.parts, self.repo))) != 1 or (
+            self.test and self.parts
+        ):
             raise ValueError(
-                f"task {self.id!r}: give either assert tests (entry_point + test), "
+                f"task {self.id!r}: give either assert tests (entry_point + test or parts), "
                 "io_cases, or a repository task (repo), exactly one of them"
             )
-        if self.test and not self.entry_point:
+        if (self.test or self.parts) and not self.entry_point:
             raise ValueError(f"task {self.id!r}: assert-style tests need an entry_point")
+
+    @property
+    def part_names(self) -> tuple[str, ...]:
+        """The names of the tests ``tests()`` returns, when they have names."""
+        return tuple(name for name, _ in self.parts)
 
     @property
     def kind(self) -> Literal["assert", "io", "repo"]:
@@ -110,6 +124,10 @@ class Task:
                 f"task {self.id!r} is a repository task: grade it with the repo environment "
                 "(codegym.tasks.swe.grade), not with sandbox tests"
             )
+        if self.parts:
+            # each part looks the entry point up itself, when it is ready to time the
+            # program (its import included): no name is forced in from the program
+            return [AssertTest(code, setup=self._judge_setup) for _, code in self.parts]
         root = re.match(r"[A-Za-z_]\w*", self.entry_point)
         names = (root.group(0),) if root else ()
         test, call = self.test, self.check_call()
@@ -129,6 +147,8 @@ class Task:
         body when it stops right after a function's header (``def f(x):``); empty when
         neither compiles, and then every name the test uses comes from the program.
         """
+        if self.harness:
+            return self.harness
         for candidate in (self.prompt, self.prompt.rstrip("\n") + "\n    ...\n"):
             try:
                 compile(candidate, "<prompt>", "exec")
@@ -152,5 +172,8 @@ class Task:
             "compare": self.compare,
             "limits": self.limits.to_wire() if self.limits else None,
         }
+        if self.parts:  # absent otherwise: every digest made before parts existed holds
+            body["parts"] = [list(p) for p in self.parts]
+            body["harness"] = self.harness
         raw = json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
         return hashlib.sha256(raw).hexdigest()
