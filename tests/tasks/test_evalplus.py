@@ -90,6 +90,24 @@ async def test_the_program_cannot_collide_with_the_checker(sandbox: Sandbox) -> 
     assert not (await score(sandbox, t, wrong)).passed
 
 
+async def test_an_oracle_reads_the_inputs_as_given_not_as_the_program_left_them(
+    sandbox: Sandbox,
+) -> None:
+    t = _task(
+        task_id="HumanEval/32",
+        prompt="def find_zero(xs):\n",
+        entry_point="find_zero",
+        canonical_solution="    return -xs[0] / xs[1]\n",
+        base_input=[[[2.0, 4.0]]],
+        plus_input=[[[-3.0, 1.5]]],
+        atol=1e-4,
+    )
+    assert (await score(sandbox, t, t.reference)).passed
+    zeroing = "    xs[:] = [0.0] * len(xs)\n    return 12345.0\n"  # every x is a root of 0
+    r = await score(sandbox, t, zeroing)
+    assert not r.passed and "is no root" in r.detail, r
+
+
 async def test_a_broken_reference_is_the_tasks_fault(sandbox: Sandbox) -> None:
     t = _task(canonical_solution="    return 1 / 0\n")
     r = await score(sandbox, t, "    return x * 2\n")
