@@ -141,18 +141,24 @@ async def run_codegym(samples: list[tuple[str, str]]) -> Run:
     return Run(total, eval_s, 1 - len(failed) / len(samples), failed)
 
 
+def evalplus_python(venv: Path) -> Path:
+    """The Python of the venv evalplus lives in, or exit saying how to make it."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        sys.exit(
+            f"no evalplus venv at {venv}; create it with:\n"
+            f"  {sys.executable} -m venv {venv}\n"
+            f"  {venv}/bin/pip install evalplus==0.3.1"
+        )
+    return python
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1 sample per task instead of 5")
     ap.add_argument("--venv", type=Path, default=Path("/work/evalplus-venv"))
     args = ap.parse_args()
-    python = args.venv / "bin" / "python"
-    if not python.exists():
-        sys.exit(
-            f"no evalplus venv at {args.venv}; create it with:\n"
-            f"  {sys.executable} -m venv {args.venv}\n"
-            f"  {args.venv}/bin/pip install evalplus==0.3.1"
-        )
+    python = evalplus_python(args.venv)
     reps = 1 if args.quick else 5
     samples = [(t.id, t.reference) for t in load_humaneval() for _ in range(reps)]
     n = len(samples)

@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from evalplus_bench import evalplus_python  # this folder is on sys.path when run
+
 from codegym.sandbox import Sandbox
 from codegym.tasks import Task, load_suite, score
 from codegym.tasks.swe.mutate import find_mutants
@@ -146,13 +148,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=Path(__file__).parents[2] / "shared/data/evalplus")
     ap.add_argument("--venv", type=Path, default=Path("/work/evalplus-venv"))
     args = ap.parse_args()
-    python = args.venv / "bin" / "python"
-    if not python.exists():
-        sys.exit(
-            f"no evalplus venv at {args.venv}; create it with:\n"
-            f"  {sys.executable} -m venv {args.venv}\n"
-            f"  {args.venv}/bin/pip install evalplus==0.3.1"
-        )
+    python = evalplus_python(args.venv)
     data = args.data / FILES[args.dataset]
     t0 = time.perf_counter()
     task_list = load_suite(str(data))

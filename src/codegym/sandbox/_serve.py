@@ -11,11 +11,10 @@ Requests (judge -> program), replies (program -> judge), all ``_plain`` messages
   (plain data), ``["mod", module_name]``, ``["none"]`` (no such name, or not plain);
 - ``["call", target, args, kwargs]`` with target ``["g", name]`` or ``["m", handle, attr]``
   -> ``["ok", v, mutated]``, ``["obj", handle]`` (calling a class made an instance),
-  ``["raise", builtin_base_names, message]`` or ``["bad", why]``; with a fifth item,
-  true (``loose``), a result that is not plain data is sent as its plain base
-  (``_plain.loosen``) or, failing that, kept here and answered as ``["obj", handle]``,
   ``["raise", builtin_base_names, message]`` or ``["bad", why]``. ``mutated`` lists the
-  list, dict, set and bytearray arguments the call changed, as ``[position, v]``;
+  list, dict, set and bytearray arguments the call changed, as ``[position, v]``. With a
+  fifth item, true (``loose``), a result that is not plain data is sent as its plain base
+  (``_plain.loosen``) or, failing that, kept here and answered as ``["obj", handle]``;
 - ``["attr", handle, name]`` -> ``["fn"]``, ``["val", v]`` or ``["bad", why]``.
 """
 
