@@ -9,6 +9,7 @@ from adversary_kit import LIMITS, Clean
 
 from codegym.sandbox import AssertTest, IOTest, Limits, Sandbox, Session, Verdict
 from codegym.tasks import IOCase, Task, load_humaneval, score
+from codegym.tasks.evalplus import to_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -110,4 +111,46 @@ async def test_stdio_cases_do_not_share_scratch_files(sb: Sandbox, clean: Clean)
     """)
     r = await sb.run_tests(code, [IOTest("", "[]")] * 3, limits=LIMITS)
     assert [t.passed for t in r.tests] == [True] * 3, r.tests
+    await clean()
+
+
+async def test_busy_loops_during_the_references_timing_buy_a_slow_program_no_time(
+    sb: Sandbox, clean: Clean
+) -> None:
+    # found by the review of the EvalPlus checker: a program that starts busy loops at
+    # import (stalling the judge while it timed the reference) and stops them at its
+    # first call had its budgets stretched; correct but 12 x too slow, it passed (here 30 x,
+    # so that the 1 s minimum is missed on a fast machine too)
+    work = "sum(i * i for i in range(5_000_000))"
+    task = to_task(
+        {
+            "task_id": "Mbpp/9001",
+            "prompt": '"""\nDouble, slowly.\n"""\n',
+            "entry_point": "f",
+            "canonical_solution": f"def f(x):\n    if x == 4:\n        {work}\n    return x * 2\n",
+            "base_input": [[1]],
+            "plus_input": [[3], [4]],
+            "atol": 0,
+        },
+        "x",
+    )
+    slow = dedent(f"""
+        import os, signal
+        KIDS = []
+        for _ in range(4):
+            pid = os.fork()
+            if pid == 0:
+                while True:
+                    pass
+            KIDS.append(pid)
+        def f(x):
+            while KIDS:
+                os.kill(KIDS.pop(), signal.SIGKILL)
+            if x == 4:
+                for _ in range(30):
+                    {work}
+            return x * 2
+    """)
+    r = await score(sb, task, slow)
+    assert dict(r.parts) == {"base": "pass", "plus": "timeout"}, r
     await clean()

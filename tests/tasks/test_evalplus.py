@@ -76,6 +76,19 @@ async def test_each_input_has_its_budget_from_the_reference(sandbox: Sandbox) ->
     assert dict(forever.parts) == {"base": "timeout", "plus": "timeout"}
 
 
+async def test_budgets_come_from_the_references_cpu_time_not_its_wall_clock(
+    sandbox: Sandbox,
+) -> None:
+    # the judge times the reference while the program already runs, so anything that
+    # stalls the judge (busy loops the program starts at import) stretches its wall clock:
+    # the budget is 4 x CPU time. A reference that waits 1.5 s computing nothing has the
+    # 1 s minimum there, and a program waiting as long misses it (6 s by wall clock)
+    wait = "    import time\n    if x == 4:\n        time.sleep(1.5)\n    return x * 2\n"
+    t = _task(canonical_solution=wait)
+    r = await score(sandbox, t, wait)
+    assert dict(r.parts) == {"base": "pass", "plus": "timeout"}, r
+
+
 async def test_the_program_cannot_collide_with_the_checker(sandbox: Sandbox) -> None:
     # an entry point named like a builtin and like the checker's helpers
     t = _task(prompt="def sum(x):\n", entry_point="sum")

@@ -9,7 +9,8 @@ What it does, as evalplus 0.3.1 defines it (``evalplus.eval.unsafe_execute``,
 ``untrusted_check`` and ``evaluate.get_groundtruth``):
 
 - expected outputs are the reference's (prompt + canonical solution) on deep copies of the
-  inputs, each timed; computed once per judge and kept (``__judge__.memo``);
+  inputs, each timed (CPU time: see ``reference``); computed once per judge and kept
+  (``__judge__.memo``);
 - each input has max(1 s, 4 x the reference's time) of wall clock, and the whole part
   min(60 s, the sum of those) + 2 s, the program's import included;
 - an output matches when it equals the expected one, or, under a tolerance (the task's
@@ -73,7 +74,11 @@ def __evalplus__():
 
     def reference(spec, judge):
         """(outputs, seconds per input) of the task's reference, or the exception; the
-        outputs as the program's loose results come (``__judge__.plain``)."""
+        outputs as the program's loose results come (``__judge__.plain``).
+
+        The seconds are the judge's CPU time, not wall clock: the program is already
+        running when this does, and busy loops it starts would stretch the reference's
+        wall clock, and with it every budget (for later samples too, through the memo)."""
         old = signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, reference_cap)
         sink = io.StringIO()
@@ -85,9 +90,9 @@ def __evalplus__():
                 outs, times = [], []
                 for inp in inputs_of(spec):
                     inp = copy.deepcopy(inp)
-                    t0 = time.time()
+                    t0 = time.process_time()
                     outs.append(fn(*inp))
-                    times.append(time.time() - t0)
+                    times.append(time.process_time() - t0)
                 outs = [judge.plain(o) for o in outs]
         except _Late:
             return RuntimeError(f"it ran past {reference_cap:g}s")
