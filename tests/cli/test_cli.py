@@ -72,6 +72,34 @@ def test_score_takes_a_suite_file(tmp_path: Path) -> None:
     assert r.returncode == 2 and "none.jsonl" in r.stderr
 
 
+def test_score_takes_a_format_and_a_release_date(tmp_path: Path) -> None:
+    """``--since`` keeps the problems released on or after a day (samples of older ones
+    are left out, and said so); ``--format`` names the records' format."""
+    suite = tmp_path / "lcb.jsonl"
+    rows = [
+        {"question_id": qid, "question_content": "Print n + 1.", "contest_date": day,
+         "public_test_cases": json.dumps([{"input": "1\n", "output": "2\n"}]),
+         "private_test_cases": "", "metadata": "{}"}
+        for qid, day in (("old", "2023-01-01T00:00:00"), ("new", "2024-06-01T00:00:00"))
+    ]  # fmt: skip
+    suite.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    samples = tmp_path / "s.jsonl"
+    samples.write_text("".join(
+        json.dumps({"task_id": t, "completion": "print(int(input()) + 1)"}) + "\n"
+        for t in ("old", "new")
+    ))  # fmt: skip
+    out = tmp_path / "o.jsonl"
+    args = ("score", "--suite", str(suite), str(samples), "--out", str(out), "--no-store")
+    r = run(*args, "--since", "2024-01-01", "--format", "livecodebench")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["task_id"] for x in out.read_text().splitlines()] == ["new"]
+    assert "left out 1 samples of tasks released before --since" in r.stderr
+    r = run(*args, "--since", "June")
+    assert r.returncode == 2 and "--since 'June' is not a date" in r.stderr, r.stderr
+    r = run(*args, "--format", "mbpp")
+    assert r.returncode == 2 and "missing field 'text' or 'prompt'" in r.stderr, r.stderr
+
+
 @pytest.mark.slow
 def test_demo_runs_the_whole_loop_and_gates(tmp_path: Path) -> None:
     """A short demo (2 GRPO steps, 2 held-out samples per task): every stage runs and

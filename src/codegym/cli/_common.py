@@ -21,6 +21,23 @@ TraceFileOption = Annotated[
     Path | None, typer.Option(help="Write OpenTelemetry spans to this JSONL file.")
 ]
 
+# Options of the commands that read a suite (score, eval).
+FormatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        help="A JSONL suite's record format (evalplus, livecodebench, humaneval, mbpp, apps, "
+        "codecontests, or a plug-in); default: detected from its fields.",
+    ),
+]
+SinceOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Keep only the tasks released on or after this day (YYYY-MM-DD; the records' "
+        "dates, e.g. LiveCodeBench's contest_date): problems newer than a model's data."
+    ),
+]
+
 console = Console(stderr=True)
 
 

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from codegym.cli._common import (
+    FormatOption,
     MetricsPortOption,
+    SinceOption,
     TraceFileOption,
     console,
     fail,
@@ -41,6 +43,8 @@ def eval_(
     suite: Annotated[str, typer.Option(help="Suite name (humaneval, synth:...) or JSONL path.")],
     model: Annotated[str, typer.Option(help="Model name the server serves.")],
     out: Annotated[Path, typer.Option(help="Run folder: results.jsonl and summary.json.")],
+    fmt: FormatOption = None,
+    since: SinceOption = None,
     base_url: Annotated[
         str | None, typer.Option(help="OpenAI-compatible base URL, e.g. .../v1 (--policy openai).")
     ] = None,
@@ -134,7 +138,7 @@ def eval_(
         fail("--env runs episodes on a local sandbox pool: drop --sandbox-url")
     env_spec = _env_spec(env, env_options) if env is not None else None
     try:
-        taskset = load_suite(suite)
+        taskset = load_suite(suite, format=fmt, since=since)
         tasks = list(taskset)
         params = SamplingParams(
             temperature=temperature, top_p=top_p, max_tokens=max_tokens, n=n, seed=seed
@@ -166,6 +170,7 @@ def eval_(
     config: dict[str, Any] = {
         "command": "eval",
         "suite": suite,
+        **({"since": since} if since else {}),
         "suite_digest": taskset.digest,
         "model": model,
         "base_url": base_url,

@@ -6,12 +6,21 @@ import asyncio
 import hashlib
 import json
 import time
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from codegym.cli._common import console, fail, finish_in_store, open_sandbox, open_store
+from codegym.cli._common import (
+    FormatOption,
+    SinceOption,
+    console,
+    fail,
+    finish_in_store,
+    open_sandbox,
+    open_store,
+)
 from codegym.cli._progress import score_progress
 from codegym.evals.rundir import build_summary
 from codegym.evals.runner import Runner, RunnerConfig, SampleResult
@@ -20,21 +29,27 @@ from codegym.store import DictCache, Store
 from codegym.tasks import DatasetError, Task, load_suite
 
 
-def _load_suite(spec: str) -> dict[str, Task]:
-    """Every suite ``eval`` takes (names, ``synth:``, JSONL paths), keyed by task id."""
+def _load_suite(spec: str, fmt: str | None, since: str | None) -> tuple[dict[str, Task], set[str]]:
+    """Every suite ``eval`` takes (names, ``synth:``, JSONL paths), keyed by task id; and
+    the ids ``since`` left out."""
     try:
-        return {t.id: t for t in load_suite(spec)}
+        every = load_suite(spec, format=fmt)
+        kept = every if since is None else every.since(since)
     except DatasetError as e:
         fail(str(e))
+    return {t.id: t for t in kept}, set(every.ids) - set(kept.ids)
 
 
-def _read_samples(path: Path, tasks: dict[str, Task], on_bad_line: str) -> list[dict[str, Any]]:
+def _read_samples(
+    path: Path, tasks: dict[str, Task], on_bad_line: str, left_out: AbstractSet[str] = frozenset()
+) -> list[dict[str, Any]]:
     try:
         raw = path.read_bytes()
     except OSError as e:
         fail(f"cannot read samples file {path}: {e.strerror}")
     samples: list[dict[str, Any]] = []
     problems: list[str] = []
+    older = 0
     for lineno, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
@@ -46,6 +61,9 @@ def _read_samples(path: Path, tasks: dict[str, Task], on_bad_line: str) -> list[
                 row.get("completion"), str
             ):
                 raise ValueError("needs string fields 'task_id' and 'completion'")
+            if row["task_id"] in left_out:
+                older += 1
+                continue
             if row["task_id"] not in tasks:
                 raise ValueError(f"unknown task_id {row['task_id']!r}")
         except (UnicodeDecodeError, ValueError) as e:
@@ -56,6 +74,8 @@ def _read_samples(path: Path, tasks: dict[str, Task], on_bad_line: str) -> list[
         samples.append(row)
     for p in problems:
         console.print(f"[yellow]skipped[/] {p}", highlight=False)
+    if older:
+        console.print(f"left out {older} samples of tasks released before --since", highlight=False)
     return samples
 
 
@@ -85,6 +105,8 @@ def score(
     suite: Annotated[
         str, typer.Option(help="Suite name (humaneval, synth:...) or JSONL path.")
     ] = "humaneval",
+    fmt: FormatOption = None,
+    since: SinceOption = None,
     tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor, process.")] = "jail",
     workers: Annotated[int | None, typer.Option(help="Sandbox workers (default: CPUs).")] = None,
     sandbox_url: Annotated[
@@ -116,13 +138,14 @@ def score(
 
         score_repository_tasks(repo_tasks, samples_file, out, workers, store, no_store, as_json)
         return
-    tasks = _load_suite(suite)
-    samples = _read_samples(samples_file, tasks, on_bad_line)
+    tasks, left_out = _load_suite(suite, fmt, since)
+    samples = _read_samples(samples_file, tasks, on_bad_line, left_out)
     if not samples:
         fail(f"no valid samples in {samples_file}")
     config = {
         "command": "score",
         "suite": suite,
+        **({"since": since} if since else {}),
         "samples": str(samples_file),
         "samples_sha256": hashlib.sha256(samples_file.read_bytes()).hexdigest(),
         "tier": tier,

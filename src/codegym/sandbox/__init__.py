@@ -22,10 +22,11 @@ from codegym.sandbox.errors import (
 )
 from codegym.sandbox.limits import Limits
 from codegym.sandbox.result import ExecResult, TestResult, Verdict
-from codegym.sandbox.sandbox import AssertTest, IOTest, Sandbox, Session, TestCase
+from codegym.sandbox.sandbox import AssertTest, Compare, IOTest, Sandbox, Session, TestCase
 
 __all__ = [
     "AssertTest",
+    "Compare",
     "ExecResult",
     "FileTooLarge",
     "HostUnsupported",

@@ -14,6 +14,7 @@ is killed (``kill(-1)`` from pid 1) and reaped before the next case starts.
 
 from __future__ import annotations
 
+import decimal
 import math
 import os
 import resource
@@ -270,7 +271,9 @@ def compare(actual: bytes, expected: bytes, mode: str, tolerance: float) -> bool
     ``exact`` ignores only trailing whitespace at line ends and at the end; ``tokens``
     compares whitespace-separated tokens; ``float`` compares tokens numerically with a
     relative/absolute tolerance where either is a decimal or exponent number, and
-    integers exactly (998244000 is not 998244353 at any tolerance).
+    integers exactly (998244000 is not 998244353 at any tolerance); ``lines`` compares
+    line by line after stripping each (and the whole), a line matching when equal or when
+    its tokens are the same decimal numbers (``1.50`` is ``1.5``), as LiveCodeBench does.
     """
     a = actual.decode("utf-8", "replace")
     e = expected.decode("utf-8", "replace")
@@ -278,6 +281,9 @@ def compare(actual: bytes, expected: bytes, mode: str, tolerance: float) -> bool
         return [ln.rstrip() for ln in a.rstrip().splitlines()] == [
             ln.rstrip() for ln in e.rstrip().splitlines()
         ]
+    if mode == "lines":
+        al, el = a.strip().split("\n"), e.strip().split("\n")
+        return len(al) == len(el) and all(map(_same_line, al, el))
     at, et = a.split(), e.split()
     if len(at) != len(et):
         return False
@@ -297,6 +303,17 @@ def compare(actual: bytes, expected: bytes, mode: str, tolerance: float) -> bool
         if not math.isclose(fx, fy, rel_tol=tolerance, abs_tol=tolerance):
             return False
     return True
+
+
+def _same_line(actual: str, expected: str) -> bool:
+    """Equal once stripped, or the same decimal numbers token by token."""
+    if actual.strip() == expected.strip():
+        return True
+    try:
+        a = [decimal.Decimal(t) for t in actual.split()]
+        return a == [decimal.Decimal(t) for t in expected.split()]
+    except (decimal.InvalidOperation, ValueError):  # not a number; a signalling NaN
+        return False
 
 
 def _is_int(token: str) -> bool:

@@ -16,7 +16,7 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from codegym.sandbox import _files, _seccomp
 from codegym.sandbox._cgroups import Stats
@@ -43,7 +43,7 @@ log = logging.getLogger("codegym.sandbox")
 _POOL_TAGS = itertools.count(1)
 
 Text = str | bytes
-Compare = Literal["exact", "tokens", "float"]
+Compare = Literal["exact", "tokens", "float", "lines"]
 GRACE_S = 5.0
 
 
@@ -74,8 +74,9 @@ class IOTest:
     stdin: Text
     expected: Text
     compare: Compare = "exact"
-    """``exact`` (trailing whitespace ignored), ``tokens``, or ``float`` (tokens, numbers
-    compared with ``tolerance``)."""
+    """``exact`` (trailing whitespace ignored), ``tokens``, ``float`` (tokens, numbers
+    compared with ``tolerance``) or ``lines`` (line by line, numbers as exact decimals:
+    LiveCodeBench's rule)."""
     tolerance: float = 1e-6
 
 
@@ -336,9 +337,9 @@ class Sandbox:
             if isinstance(t, AssertTest):
                 wire.append(_assert_wire(t))
             else:
-                if t.compare not in ("exact", "tokens", "float"):
+                if t.compare not in get_args(Compare):
                     raise SandboxInputError(
-                        f"IOTest.compare={t.compare!r}: use exact, tokens or float"
+                        f"IOTest.compare={t.compare!r}: use one of {', '.join(get_args(Compare))}"
                     )
                 blobs += [
                     _as_bytes(t.stdin, "IOTest.stdin"),

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from codegym.sandbox import (
     AssertTest,
+    Compare,
     ExecResult,
     IOTest,
     Limits,
@@ -153,7 +154,7 @@ class IOTestModel(_Model):
     """Standard input of this test."""
     expected: Data
     """The expected standard output."""
-    compare: Literal["exact", "tokens", "float"] = "exact"
+    compare: Compare = "exact"
     """How stdout is compared with ``expected``."""
     tolerance: float = 1e-6
     """Absolute/relative tolerance for ``compare="float"``."""

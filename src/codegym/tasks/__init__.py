@@ -1,5 +1,6 @@
 """Tasks and datasets: what a model is asked to solve, and how it is judged."""
 
+from codegym.sandbox import Compare
 from codegym.tasks.ground_truth import GroundTruthReport, Quarantined, verify
 from codegym.tasks.humaneval import load_humaneval
 from codegym.tasks.loaders import (
@@ -11,7 +12,7 @@ from codegym.tasks.loaders import (
 )
 from codegym.tasks.outcomes import ALL_OUTCOMES, INFRA_OUTCOMES, MODEL_OUTCOMES, is_infra
 from codegym.tasks.scoring import DEFAULT_LIMITS, HARNESS_VERSION, Score, outcome_of, score
-from codegym.tasks.task import Compare, IOCase, Task
+from codegym.tasks.task import IOCase, Task
 from codegym.tasks.taskset import DatasetError, TaskSet, UnknownTaskError
 
 __all__ = [

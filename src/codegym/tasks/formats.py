@@ -1,6 +1,6 @@
 """Dataset record formats: one JSON object (a JSONL line) in, one ``Task`` out.
 
-Five formats, detected from their fields (``detect_format``) or forced by the caller:
+Six formats, detected from their fields (``detect_format``) or forced by the caller:
 
 ==============  =====================================================  ==================
 format          fields read                                            task shape
@@ -18,6 +18,9 @@ apps            problem_id, question, input_output (JSON text or         stdin/s
 codecontests    name, description, public_tests / private_tests /       stdin/stdout
                 generated_tests ({input: [...], output: [...]}),
                 solutions ({language: [...], solution: [...]})
+livecodebench   question_id, question_content, public_test_cases,       stdin/stdout, or
+                private_test_cases, metadata (func_name), starter_code, assert-style with
+                contest_date (``codegym.tasks.livecodebench``)           a func_name
 ==============  =====================================================  ==================
 
 Assert-style programs are ``prompt + completion + test``, so an assert-style prompt must be
@@ -45,12 +48,19 @@ from typing import Any, Final
 
 from codegym._registry import Registry
 from codegym.errors import CodegymError
-from codegym.tasks import evalplus
+from codegym.tasks import evalplus, livecodebench
 from codegym.tasks.task import IOCase, Task
 
 Format = str
 """A registered format's name (``DATASET_FORMATS``)."""
-FORMATS: Final[tuple[str, ...]] = ("evalplus", "humaneval", "mbpp", "apps", "codecontests")
+FORMATS: Final[tuple[str, ...]] = (
+    "evalplus",
+    "livecodebench",
+    "humaneval",
+    "mbpp",
+    "apps",
+    "codecontests",
+)
 """The built-in formats."""
 
 # CodeContests' Language enum: 3 is PYTHON3 (1 is Python 2, which we cannot run).
@@ -416,6 +426,14 @@ DATASET_FORMATS.register(
         evalplus.is_evalplus,
         evalplus.to_task,
         "EvalPlus (base_input, plus_input, canonical_solution, entry_point, atol)",
+    ),
+)
+DATASET_FORMATS.register(
+    "livecodebench",
+    DatasetFormat(
+        livecodebench.is_livecodebench,
+        livecodebench.to_task,
+        "LiveCodeBench (question_content, public_test_cases, private_test_cases, metadata)",
     ),
 )
 DATASET_FORMATS.register(

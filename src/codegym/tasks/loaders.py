@@ -338,15 +338,24 @@ def load_suite(
     format: str | None = None,
     sha256: str | None = None,
     on_bad_line: OnBadLine = "stop",
+    since: str | None = None,
 ) -> TaskSet:
     """Resolve a suite name, a ``synth:`` spec or a JSONL path (see the module docstring).
 
     ``format`` and ``on_bad_line`` apply to files; ``sha256`` is checked against any set
-    read from a file (registered suites included).
+    read from a file (registered suites included); ``since`` keeps the tasks released on or
+    after that day (``TaskSet.since``).
 
     Raises:
         DatasetError: unknown spec (with near matches), or any loading error.
     """
+    ts = _resolve_suite(spec, format, sha256, on_bad_line)
+    return ts if since is None else ts.since(since)
+
+
+def _resolve_suite(
+    spec: str, format: str | None, sha256: str | None, on_bad_line: OnBadLine
+) -> TaskSet:
     if spec in _SUITES:
         ts = _SUITES[spec]()
         if sha256 is not None:

@@ -15,10 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from codegym.sandbox import AssertTest, IOTest, Limits
-
-Compare = Literal["exact", "tokens", "float"]
-
+from codegym.sandbox import AssertTest, Compare, IOTest, Limits
 
 _OWN_CHECK = "__codegym_check__"
 """What the test's ``check`` is called when the task's function is itself ``check``."""
@@ -63,6 +60,9 @@ class Task:
     harness: str = ""
     """Trusted code the judge runs before each test instead of the prompt (a checker
     library the parts call); empty: the prompt (see ``_judge_setup``)."""
+    preamble: str = ""
+    """Code the program starts with that the model is not shown: the imports a benchmark's
+    own harness puts before every program (LiveCodeBench's ``from typing import *``, …)."""
     repo: str = ""
     """A repository task instead of tests here: its ``SweTask`` as JSON, graded by
     ``codegym.tasks.swe.grade`` on a copy of its repository (the ``repo`` environment)."""
@@ -101,11 +101,11 @@ class Task:
 
         Assert-style: the prompt continued by the completion; the test is not part of it
         (it runs in the sandbox's judge, see ``tests``). Stdin/stdout: the completion
-        itself is the program.
+        itself is the program. Either way after the ``preamble``, if any.
         """
         if self.kind == "io":
-            return completion
-        return f"{self.prompt}{completion}\n"
+            return self.preamble + completion
+        return f"{self.preamble}{self.prompt}{completion}\n"
 
     def check_call(self) -> str:
         return f"check({self.entry_point})"
@@ -175,5 +175,7 @@ class Task:
         if self.parts:  # absent otherwise: every digest made before parts existed holds
             body["parts"] = [list(p) for p in self.parts]
             body["harness"] = self.harness
+        if self.preamble:
+            body["preamble"] = self.preamble
         raw = json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
         return hashlib.sha256(raw).hexdigest()

@@ -13,6 +13,7 @@ Errors (one hierarchy for the dataset boundary)::
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -116,6 +117,28 @@ class TaskSet(Sequence[Task]):
         """
         chosen = tuple(self.get(i) for i in ids)
         return TaskSet(self.name, chosen, sha256=self.sha256, source=self.source)
+
+    def since(self, day: str) -> TaskSet:
+        """The tasks released on or after ``day`` (``YYYY-MM-DD``, by ``metadata["date"]``):
+        problems published after a model's training data was gathered (``--since``).
+
+        Raises:
+            DatasetError: ``day`` is not a date, or some task has no release date.
+        """
+        try:
+            start = datetime.date.fromisoformat(day).isoformat()
+        except ValueError:
+            raise DatasetError(f"--since {day!r} is not a date: give it as YYYY-MM-DD") from None
+        undated = [t.id for t in self.tasks if not t.metadata.get("date")]
+        if undated:
+            raise DatasetError(
+                f"task set {self.name!r}: {len(undated)} of {len(self.tasks)} tasks have no "
+                f"release date (e.g. {undated[0]!r}), so --since cannot filter it; drop "
+                "--since, or use a suite whose records carry dates (LiveCodeBench's "
+                "contest_date)"
+            )
+        kept = tuple(t for t in self.tasks if t.metadata["date"][:10] >= start)
+        return TaskSet(f"{self.name} (since {start})", kept, sha256=self.sha256, source=self.source)
 
     def _unknown(self, task_id: str) -> str:
         near = difflib.get_close_matches(str(task_id), list(self._index), n=5, cutoff=0.6)
