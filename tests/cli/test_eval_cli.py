@@ -27,6 +27,18 @@ def answer(prompt: Prompt, params: SamplingParams, index: int) -> str:
     return REFS[prompt] if index == 0 else "    return None\n"
 
 
+def tool_agent(prompt: Prompt, params: SamplingParams, index: int) -> str:
+    """A chat agent of the tool env: runs a command, then submits (the reference, but a
+    wrong function for HumanEval/2)."""
+    assert isinstance(prompt, list)
+    user = next(m["content"] for m in prompt if m["role"] == "user")
+    task = next(t for t in load_humaneval() if t.prompt.strip() in user)
+    if not any(m["role"] == "assistant" for m in prompt):
+        return "```bash\npython3 -c 'print(6 * 7)'\n```"
+    body = task.reference if task.id != "HumanEval/2" else "    return None\n"
+    return f"```submit\n{task.prompt}{body}```"
+
+
 def run_eval(
     base_url: str, out: Path, store: Path, *extra: str
 ) -> subprocess.CompletedProcess[str]:
@@ -150,6 +162,23 @@ def test_eval_runs_through_the_sandbox_service(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         summary = json.loads(done.stdout)
         assert summary["scored"] == 12 and summary["pass_at_k"]["1"]["estimate"] == 0.5
+        # an agent's episodes too: its tools act in a session on the service
+        with FakeOpenAIServer(responder=tool_agent) as srv:
+            run = tmp_path / "agents"
+            cmd = [CODEGYM, "eval", "--suite", "humaneval", "--model", "fake-model",
+                   "--base-url", srv.base_url, "-n", "2", "--limit", "3", "--out", str(run),
+                   "--no-store", "--json", "--env", "tool", "--mode", "chat",
+                   "--max-tokens", "4096",
+                   "--sandbox-url", f"http://127.0.0.1:{port}"]  # fmt: skip
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr
+        summary = json.loads(done.stdout)
+        assert summary["scored"] == 6 and summary["pass_at_k"]["1"]["estimate"] == 2 / 3, summary
+        episodes = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]
+        assert all(e["tool_io"][0]["output"].strip() == "42" for e in episodes), episodes[0]
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        opened = [ln for ln in metrics.splitlines() if 'route="/v1/sessions"' in ln]
+        assert any('status="201"' in ln and not ln.endswith(" 0.0") for ln in opened), opened
     finally:
         service.terminate()
         service.wait(30)

@@ -102,3 +102,13 @@ async def test_a_passing_episode_is_scored(sandbox: Sandbox) -> None:
     (group,) = [g async for g in engine.run([TASK])]
     assert [t.reward for t in group.trajectories] == [1.0, 1.0]
     assert [t.outcome for t in group.trajectories] == ["pass", "pass"]
+
+
+def test_the_repo_env_refuses_a_sandbox_service() -> None:
+    # its images and workspaces live on this host; the code and tool envs run on a service
+    from codegym.service import RemoteSandbox
+
+    remote = RemoteSandbox(["http://127.0.0.1:1"])
+    with pytest.raises(EnvError, match=r"needs a local sandbox pool .* drop --sandbox-url"):
+        make_env("repo", Resources(remote))
+    assert make_env("code", Resources(remote)).resources.sandbox is remote

@@ -8,10 +8,12 @@ by turn. See ``codegym.evals.agents`` for how episodes become samples.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from codegym.cli._common import console
+from codegym.cli._common import console, open_sandbox
 from codegym.cli._progress import score_progress
 from codegym.envs import Trajectory
 from codegym.evals.agents import check_gold, evaluate_episodes
@@ -32,13 +34,14 @@ async def evaluate_agents(
     images: Any,
     out: Path,
     *,
+    sandbox_url: list[str] | None = None,
     model_concurrency: int,
     ground_truth: bool,
     quiet: bool,
     seed: int,
 ) -> list[SampleResult]:
     out.mkdir(parents=True, exist_ok=True)
-    async with Sandbox(tier=tier, workers=workers, images=images) as sb, policy:
+    async with _sandbox(tier, workers, images, sandbox_url) as sb, policy:
         broken: list[SampleResult] = []
         if ground_truth and any(t.repo for t in tasks):
             tasks, broken = await check_gold(sb, tasks, params.n)
@@ -65,3 +68,17 @@ async def evaluate_agents(
                 on_trajectory=keep,
             )
     return broken + results
+
+
+@asynccontextmanager
+async def _sandbox(
+    tier: str, workers: int | None, images: Any, urls: list[str] | None
+) -> AsyncIterator[Any]:
+    """A local pool (with the suite's images), or the sandbox service (``--sandbox-url``):
+    the code and tool environments run there too, the repo one needs a local pool."""
+    if urls:
+        async with open_sandbox(tier, workers, urls) as (remote, _):
+            yield remote
+    else:
+        async with Sandbox(tier=tier, workers=workers, images=images) as sb:
+            yield sb

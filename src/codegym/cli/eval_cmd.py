@@ -134,8 +134,6 @@ def eval_(
         fail(f"--mode {mode!r}: use 'completions' or 'chat'")
     if n < 1 or not 1 <= model_concurrency <= 4096 or flaky_repeats < 1:
         fail("-n, --model-concurrency and --flaky-repeats must be positive")
-    if env is not None and sandbox_url:
-        fail("--env runs episodes on a local sandbox pool: drop --sandbox-url")
     env_spec = _env_spec(env, env_options) if env is not None else None
     try:
         taskset = load_suite(suite, format=fmt, since=since)
@@ -195,7 +193,8 @@ def eval_(
                 results = asyncio.run(
                     evaluate_agents(
                         tasks, env_spec, policy, params, tier, workers, images, out,
-                        model_concurrency=model_concurrency, ground_truth=ground_truth,
+                        sandbox_url=sandbox_url, model_concurrency=model_concurrency,
+                        ground_truth=ground_truth,
                         quiet=as_json, seed=seed or 0,
                     )
                 )  # fmt: skip

@@ -36,11 +36,11 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from codegym.errors import CodegymError
 from codegym.policies.policy import Message
-from codegym.sandbox import Limits, Sandbox, Session
+from codegym.sandbox import ExecResult, Limits, Sandbox, SandboxAPI, Session
 from codegym.store.keys import content_key
 from codegym.tasks import DEFAULT_LIMITS, HARNESS_VERSION, Task
 
@@ -109,6 +109,19 @@ class StepResult:
     """Free-form per-episode facts (JSON-able), stored on the trajectory."""
 
 
+class Shell(Protocol):
+    """A workspace an agent's tools act in: a local ``Session`` or a sandbox service's
+    (``codegym.service.RemoteSession``)."""
+
+    async def run_python(self, code: str) -> ExecResult: ...
+
+    async def run(self, command: str) -> ExecResult: ...
+
+    async def read_file(self, path: str) -> bytes: ...
+
+    async def write_file(self, path: str, content: str) -> None: ...
+
+
 class Resources:
     """What environments may use: the shared sandbox pool and per-episode sessions.
 
@@ -118,7 +131,7 @@ class Resources:
 
     def __init__(
         self,
-        sandbox: Sandbox | None = None,
+        sandbox: SandboxAPI | None = None,
         *,
         tier: str = "jail",
         limits: Limits | None = None,
@@ -127,15 +140,26 @@ class Resources:
         import asyncio
 
         self.sandbox = sandbox
-        self.tier = sandbox.tier_name if sandbox is not None else tier
+        self.tier: str = getattr(sandbox, "tier_name", tier)  # a service's client has none
         self.limits = limits
         """Override for every run; None: each task's own limits, else ``DEFAULT_LIMITS``."""
         self._session_slots = asyncio.Semaphore(max_sessions)
 
-    def require_sandbox(self) -> Sandbox:
+    def require_sandbox(self) -> SandboxAPI:
         if self.sandbox is None:
             raise EnvError(
                 "this environment runs code: give the engine a Sandbox (Resources(sandbox))"
+            )
+        return self.sandbox
+
+    def local_pool(self, env: str) -> Sandbox:
+        """The sandbox, which must be a local pool (images, workspaces on this host)."""
+        if not isinstance(self.sandbox, Sandbox):
+            raise EnvError(
+                f"the {env} environment needs a local sandbox pool (its images and "
+                "workspaces live on this host): drop --sandbox-url"
+                if self.sandbox is not None
+                else f"the {env} environment runs code: give the engine a Sandbox"
             )
         return self.sandbox
 
@@ -153,6 +177,22 @@ class Resources:
         episodes that hold the sessions wait for a step slot would deadlock the run."""
         async with self._session_slots:
             yield
+
+    @asynccontextmanager
+    async def open_shell(self, disk_mb: int = 64) -> AsyncIterator[Shell]:
+        """Like ``open_session``, but on the sandbox service when the sandbox is one (its
+        client opens sessions there, ``RemoteSandbox.session``); else a local session."""
+        remote = getattr(self.sandbox, "session", None)
+        if remote is None:
+            async with self.open_session(disk_mb) as s:
+                yield s
+            return
+        s = remote(disk_mb)
+        await s.start()
+        try:
+            yield s
+        finally:
+            await s.close()
 
     @asynccontextmanager
     async def open_session(self, disk_mb: int = 64) -> AsyncIterator[Session]:

@@ -104,7 +104,7 @@ class RepoEnv(Env):
             v = self.options[k]
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise EnvError(f"RepoEnv {k}={v!r}: use an int >= 1")
-        sb = resources.require_sandbox()
+        sb = resources.local_pool("repo")
         if sb.images is None:
             raise EnvError("the repo environment needs Sandbox(images=ImageStore())")
         self.sb = sb

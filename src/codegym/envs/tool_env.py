@@ -38,13 +38,14 @@ from codegym.envs.env import (
     EnvInfraError,
     Message,
     Resources,
+    Shell,
     StepResult,
     Stopwatch,
     Turn,
     register,
 )
 from codegym.envs.rewards import RewardContext, Rubric, rubric_from_weights
-from codegym.sandbox import ExecResult, SandboxError, SandboxInfraError, Session, Verdict
+from codegym.sandbox import ExecResult, SandboxError, SandboxInfraError, Verdict
 from codegym.tasks import Score, Task, score
 
 
@@ -106,7 +107,7 @@ class ToolEnv(Env):
         self.turns = 0
         self.tokens = 0
         self._stack = AsyncExitStack()
-        self._session: Session | None = None
+        self._session: Shell | None = None
 
     def config(self) -> dict[str, Any]:
         opts = {k: v for k, v in self.options.items() if k != "rewards"}
@@ -125,9 +126,9 @@ class ToolEnv(Env):
     async def close(self) -> None:
         await self._stack.aclose()
 
-    async def _sess(self) -> Session:
+    async def _sess(self) -> Shell:
         if self._session is None:
-            self._session = await self._stack.enter_async_context(self.resources.open_session())
+            self._session = await self._stack.enter_async_context(self.resources.open_shell())
         return self._session
 
     async def step(self, turn: Turn) -> StepResult:
