@@ -14,14 +14,18 @@ mbpp            task_id, text|prompt, code, test_list,                  assert-s
                 else the reference function the asserts call)
 apps            problem_id, question, input_output (JSON text or         stdin/stdout, or
                 object: inputs, outputs, fn_name), solutions,            assert-style when
-                starter_code, fn_name                                    fn_name is given
+                starter_code, fn_name, checker                           fn_name is given
 codecontests    name, description, public_tests / private_tests /       stdin/stdout
                 generated_tests ({input: [...], output: [...]}),
-                solutions ({language: [...], solution: [...]})
+                solutions ({language: [...], solution: [...]}), checker
 livecodebench   question_id, question_content, public_test_cases,       stdin/stdout, or
                 private_test_cases, metadata (func_name), starter_code, assert-style with
                 contest_date (``codegym.tasks.livecodebench``)           a func_name
 ==============  =====================================================  ==================
+
+``checker`` (optional, stdin/stdout): a special judge, Python source defining
+``check(input, output, expected)``, for problems with several right answers
+(``codegym.tasks.checker``).
 
 Assert-style programs are ``prompt + completion + test``, so an assert-style prompt must be
 valid Python: natural-language statements become ``#`` comments, and the completion is the
@@ -150,6 +154,14 @@ def _json_field(row: Mapping[str, Any], name: str) -> Any:
         except json.JSONDecodeError as e:
             raise RecordError(f"field {name!r} holds malformed JSON text ({e.msg})") from None
     return value
+
+
+def _checker(row: Mapping[str, Any]) -> str:
+    """The record's special judge (``codegym.tasks.checker``), checked to define ``check``."""
+    code = _str(row, "checker", required=False)
+    if code and "check" not in _defined_names(code, "checker"):
+        raise RecordError("field 'checker' must define check(input, output, expected)")
+    return code or ""
 
 
 def _as_comment(text: str) -> str:
@@ -328,7 +340,14 @@ def _apps(row: Mapping[str, Any], fallback_id: str) -> Task:
             IOCase(_as_text(i, f"input {n}"), _as_text(o, f"output {n}"))
             for n, (i, o) in enumerate(zip(inputs, outputs, strict=True))
         )
-        return Task(id=task_id, prompt=question, io_cases=cases, reference=reference, metadata=meta)
+        return Task(
+            id=task_id,
+            prompt=question,
+            io_cases=cases,
+            reference=reference,
+            checker=_checker(row),
+            metadata=meta,
+        )
     if not isinstance(fn_name, str) or not fn_name.isidentifier():
         raise RecordError(f"'fn_name' must be a Python identifier, got {fn_name!r}")
     if not all(isinstance(i, list) for i in inputs):
@@ -395,6 +414,7 @@ def _codecontests(row: Mapping[str, Any], fallback_id: str) -> Task:
         prompt=_str(row, "description", "prompt"),
         io_cases=_cc_tests(row),
         reference=_cc_reference(row),
+        checker=_checker(row),
         metadata={"format": "codecontests", "source": str(row.get("source", ""))},
     )
 

@@ -85,6 +85,10 @@ async def score(
     unrunnable = _unrunnable(completion, program)
     if unrunnable:
         return Score(False, "error", unrunnable, 0.0, 0.0)
+    if task.checker:
+        from codegym.tasks.checker import score_with_checker
+
+        return Score(*await score_with_checker(sandbox, task, program, lim))
     result = await sandbox.run_tests(program, task.tests(), limits=lim)
     return outcome_of(result, task.part_names)
 

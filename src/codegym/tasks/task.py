@@ -60,6 +60,9 @@ class Task:
     harness: str = ""
     """Trusted code the judge runs before each test instead of the prompt (a checker
     library the parts call); empty: the prompt (see ``_judge_setup``)."""
+    checker: str = ""
+    """Stdin/stdout style: a special judge, Python source defining ``check(input, output,
+    expected)``, that decides instead of ``compare`` (``codegym.tasks.checker``)."""
     preamble: str = ""
     """Code the program starts with that the model is not shown: the imports a benchmark's
     own harness puts before every program (LiveCodeBench's ``from typing import *``, …)."""
@@ -79,6 +82,8 @@ class Task:
                 f"task {self.id!r}: give either assert tests (entry_point + test or parts), "
                 "io_cases, or a repository task (repo), exactly one of them"
             )
+        if self.checker and not self.io_cases:
+            raise ValueError(f"task {self.id!r}: a checker judges stdin/stdout cases only")
         if (self.test or self.parts) and not self.entry_point:
             raise ValueError(f"task {self.id!r}: assert-style tests need an entry_point")
 
@@ -177,5 +182,7 @@ class Task:
             body["harness"] = self.harness
         if self.preamble:
             body["preamble"] = self.preamble
+        if self.checker:
+            body["checker"] = self.checker
         raw = json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
         return hashlib.sha256(raw).hexdigest()
