@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from textwrap import dedent
 
 import pytest
@@ -10,6 +11,7 @@ from adversary_kit import LIMITS, Clean
 from codegym.sandbox import AssertTest, IOTest, Limits, Sandbox, Session, Verdict
 from codegym.tasks import IOCase, Task, load_humaneval, score
 from codegym.tasks.evalplus import to_task
+from codegym.tasks.livecodebench import to_task as lcb_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -154,3 +156,48 @@ async def test_busy_loops_during_the_references_timing_buy_a_slow_program_no_tim
     r = await score(sb, task, slow)
     assert dict(r.parts) == {"base": "pass", "plus": "timeout"}, r
     await clean()
+
+
+LCB_ROW = {
+    "question_id": "3000",
+    "question_content": "Return n.",
+    "public_test_cases": json.dumps([{"input": "1", "output": "1", "testtype": "functional"}]),
+    "private_test_cases": "",
+    "starter_code": "class Solution:\n    def same(self, n: int) -> int:\n        ",
+    "metadata": json.dumps({"func_name": "same"}),
+}
+
+
+async def test_livecodebench_import_and_constructor_have_one_tests_time(
+    sb: Sandbox, clean: Clean
+) -> None:
+    # found by the review of the LiveCodeBench format: the import and Solution() ran
+    # before the first call's deadline, so a program could compute for the whole run's
+    # limit there (7 s a test); LiveCodeBench gives them one test's 6 s
+    task = lcb_task(LCB_ROW, "x")
+    body = "class Solution:\n    def same(self, n):\n        return n\n"
+    assert (await score(sb, task, body)).passed
+    r = await score(sb, task, "import time\ntime.sleep(8)\n" + body)
+    assert r.outcome == "timeout", r
+    await clean()
+
+
+async def test_a_huge_wrong_answer_is_a_fail_shown_by_its_size(sb: Sandbox, clean: Clean) -> None:
+    # its repr (millions of digits) held the judge until the run's wall limit: a timeout
+    task = lcb_task(LCB_ROW, "x")
+    huge = "class Solution:\n    def same(self, n):\n        return 1 << 12_000_000\n"
+    r = await score(sb, task, huge)
+    assert (r.outcome, r.passed) == ("fail", False) and "<an int of 12000001 bits>" in r.detail
+    await clean()
+
+
+def test_a_reply_of_colliding_set_items_is_refused_not_built() -> None:
+    # a program can hand-write its reply: ints that all hash to 0 take quadratic time to
+    # put in a set, spent by the judge (60k of them: 11 s)
+    from codegym.sandbox import _plain
+
+    collide = [k * (2**61 - 1) for k in range(5000)]
+    for wire in ({"s": collide}, {"d": [[k, 0] for k in collide]}):
+        with pytest.raises(_plain.NotPlain, match="hashes collide"):
+            _plain.loads(json.dumps(wire).encode())
+    assert _plain.loads(json.dumps({"s": list(range(5000))}).encode()) == set(range(5000))

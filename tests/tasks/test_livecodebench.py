@@ -106,8 +106,15 @@ async def test_functional_problems_call_the_solution_with_json_arguments(
 
 
 def test_bad_records_are_refused_by_field() -> None:
-    with pytest.raises(RecordError, match="metadata 'func_name'"):
-        to_task(_functional_row(metadata='{"func_name": "not a name"}'), "x")
+    for name in ("not a name", "class", "_CASES"):
+        with pytest.raises(RecordError, match="metadata 'func_name' must be a public"):
+            to_task(_functional_row(metadata=json.dumps({"func_name": name})), "x")
+    with pytest.raises(RecordError, match="'public_test_cases' is not valid JSON"):
+        to_task(_stdin_row(public_test_cases="[" * 100_000), "x")  # too deep: not a crash
+    # tests packed as bytes rather than str are JSON all the same
+    raw = pickle.dumps(json.dumps([{"input": "2\n", "output": "1\n1\n"}]).encode())
+    packed = base64.b64encode(zlib.compress(raw)).decode()
+    assert len(to_task(_stdin_row(private_test_cases=packed), "x").io_cases) == 2
     with pytest.raises(RecordError, match="'private_test_cases' is neither JSON nor"):
         to_task(_stdin_row(private_test_cases="%%% not packed %%%"), "x")
     # a pickle that names a class is never loaded, whatever the class

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import resource
+import select
 import signal
 import stat
 import sys
@@ -427,9 +428,9 @@ def run(req: dict, blobs: list[bytes], channel: Channel) -> int:
     """Run the request in this process (E, pid 1 of the run's namespace).
 
     Modes: ``exec`` replaces this process with a command; ``python`` runs the program
-    here; ``serve`` runs the program here and then answers an assert test's judge on
-    ``CALL_FD``; with stdio ``tests`` this process only supervises, each case running in
-    a child (``_stdio``), and the program never runs here.
+    here; ``serve`` runs the program here, once the judge first asks for it, and then
+    answers an assert test's judge on ``CALL_FD``; with stdio ``tests`` this process only
+    supervises, each case running in a child (``_stdio``), and the program never runs here.
     """
     mode = req["mode"]
     tests = req.get("tests")
@@ -449,6 +450,10 @@ def run(req: dict, blobs: list[bytes], channel: Channel) -> int:
         traceback.print_exc(limit=0)
         finish(1)
         return 1
+    if mode == "serve":
+        # the program starts when the judge first asks for it (or ends): what the judge
+        # does before, such as timing a task's reference, has no program running beside it
+        select.select([CALL_FD], [], [])
     rc, g, exited = exec_main(code_obj, path)
     if mode == "serve" and rc == 0 and not exited:
         import _serve  # imported by the zygote; the program may have replaced it: its loss

@@ -291,9 +291,62 @@ class _Services:
         except _plain.NotPlain:
             return value
 
+    @staticmethod
+    def wire_seconds(value: object) -> float:
+        """About how long ``value`` takes to cross from the program as a result (encoded
+        there, decoded here): time a budget should not charge to the program. 0 for a
+        value that is not plain data."""
+        start = time.process_time()
+        try:
+            _plain.loads(_plain.dumps(_plain.tree(value)))
+        except _plain.NotPlain:
+            return 0.0
+        return time.process_time() - start
+
+    @staticmethod
+    def show(value: object, limit: int = 200) -> str:
+        """``repr(value)`` cut at about ``limit`` characters, and never built past them: a
+        failure message of a program's answer costs the judge no more than its length (the
+        digits of a huge int take minutes, so it is named by its size)."""
+        out: list[str] = []
+        _show(value, out, limit)
+        text = "".join(out)
+        return text if len(text) <= limit else text[:limit] + "..."
+
     def task_fault(self, why: str) -> TaskFault:
         """The exception that reports the task itself as broken (``raise`` it)."""
         return TaskFault(str(why)[:500])
+
+
+_BRACKETS = {list: "[]", tuple: "()", set: "{}", frozenset: "{}", dict: "{}"}
+
+
+def _show(value: object, out: list, limit: int) -> None:
+    """Append ``value``'s repr to ``out`` until it holds ``limit`` characters."""
+    if sum(map(len, out)) > limit:
+        return
+    kind = type(value)
+    if kind is int and value.bit_length() > 4096:  # type: ignore[attr-defined]
+        out.append(f"<an int of {value.bit_length()} bits>")  # type: ignore[attr-defined]
+    elif kind in (str, bytes, bytearray):
+        out.append(repr(value[: limit + 1]))  # type: ignore[index]
+    elif kind in _BRACKETS:
+        items = value.items() if kind is dict else value  # type: ignore[attr-defined]
+        out.append(_BRACKETS[kind][0])
+        for i, item in enumerate(items):  # type: ignore[arg-type]
+            if sum(map(len, out)) > limit:
+                out.append("...")
+                break
+            if i:
+                out.append(", ")
+            if kind is dict:
+                _show(item[0], out, limit)
+                out.append(": ")
+                item = item[1]
+            _show(item, out, limit)
+        out.append(_BRACKETS[kind][1])
+    else:
+        out.append(repr(value)[: limit + 1])
 
 
 class _Globals(dict):

@@ -141,11 +141,11 @@ def _hook(obj: dict) -> object:
         if tag == "t" and type(v) is list:
             return tuple(v)
         if tag == "d" and type(v) is list:
-            return {_pair(p)[0]: _pair(p)[1] for p in v}
+            return {_pair(p)[0]: _pair(p)[1] for p in _spread(v, [_pair(p)[0] for p in v])}
         if tag == "s" and type(v) is list:
-            return set(v)
+            return set(_spread(v, v))
         if tag == "f" and type(v) is list:
-            return frozenset(v)
+            return frozenset(_spread(v, v))
         if tag in ("b", "y") and type(v) is str:
             data = base64.b64decode(v, validate=True)
             return data if tag == "b" else bytearray(data)
@@ -160,6 +160,15 @@ def _hook(obj: dict) -> object:
     except (TypeError, ValueError, binascii.Error) as e:  # unhashable set item, bad base64, ...
         raise NotPlain(f"bad {tag!r} value: {e}") from None
     raise NotPlain(f"bad wire value {tag!r}")
+
+
+def _spread(items: list, keys: list) -> list:
+    """``items``, refused when many of ``keys`` share a hash: a set or dict of them takes
+    quadratic time to build (every multiple of 2**61 - 1 hashes to 0), which a program's
+    reply must not make the other side spend."""
+    if len(keys) > 1024 and 2 * len({hash(k) for k in keys}) < len(keys):
+        raise NotPlain(f"{len(keys)} set items or dict keys whose hashes collide")
+    return items
 
 
 _DECODER = json.JSONDecoder(object_hook=_hook)

@@ -9,7 +9,8 @@ What it does, as evalplus 0.3.1 defines it (``evalplus.eval.unsafe_execute``,
 ``untrusted_check`` and ``evaluate.get_groundtruth``):
 
 - expected outputs are the reference's (prompt + canonical solution) on deep copies of the
-  inputs, each timed (CPU time: see ``reference``); computed once per judge and kept
+  inputs, each timed (wall clock up to 3 x CPU time: see ``reference``); computed once
+  per judge, before the program starts, and kept
   (``__judge__.memo``);
 - each input has max(1 s, 4 x the reference's time) of wall clock, and the whole part
   min(60 s, the sum of those) + 2 s, the program's import included;
@@ -33,6 +34,7 @@ def __evalplus__():
     import time
 
     min_limit, factor, task_cap, slack = 1.0, 4.0, 60.0, 2.0
+    stretch = 3.0  # the most a busy machine (a neighbour's run) may stretch the reference
     reference_cap = 120.0  # a reference past this is a broken task, not a slow program
     rtol = 1e-07
 
@@ -76,9 +78,13 @@ def __evalplus__():
         """(outputs, seconds per input) of the task's reference, or the exception; the
         outputs as the program's loose results come (``__judge__.plain``).
 
-        The seconds are the judge's CPU time, not wall clock: the program is already
-        running when this does, and busy loops it starts would stretch the reference's
-        wall clock, and with it every budget (for later samples too, through the memo)."""
+        The seconds are wall clock, as evalplus times it, but at most ``stretch`` x the
+        CPU time. The program has not started yet (it starts at the judge's first call),
+        but other runs on the machine, a neighbour's busy loops, would stretch the wall
+        clock and with it every budget (for later samples too, through the memo); a busy
+        machine stretches the program's own time alike, which that factor allows for.
+        The time an answer takes to cross from the program is added, twice, to its budget.
+        """
         old = signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, reference_cap)
         sink = io.StringIO()
@@ -90,9 +96,13 @@ def __evalplus__():
                 outs, times = [], []
                 for inp in inputs_of(spec):
                     inp = copy.deepcopy(inp)
-                    t0 = time.process_time()
+                    t0, w0 = time.process_time(), time.monotonic()
                     outs.append(fn(*inp))
-                    times.append(time.process_time() - t0)
+                    cpu, wall = time.process_time() - t0, time.monotonic() - w0
+                    times.append(min(wall, stretch * cpu))
+                # what crossing from the program costs the answer (not the program's time)
+                # (twice, in the budget: 4 x a half)
+                times = [t + judge.wire_seconds(o) / 2 for t, o in zip(times, outs, strict=True)]
                 outs = [judge.plain(o) for o in outs]
         except _Late:
             return RuntimeError(f"it ran past {reference_cap:g}s")
@@ -163,12 +173,6 @@ def __evalplus__():
         n = max(len(x), len(y))
         return sum(abs(int(p) - int(q)) for p, q in zip(x.zfill(n), y.zfill(n), strict=True))
 
-    def show(value):
-        if type(value) is int and value.bit_length() > 10_000:  # its digits take minutes
-            return f"an int of {value.bit_length()} bits"
-        text = repr(value)
-        return text if len(text) <= 200 else text[:200] + "..."
-
     def run(judge, spec):
         part, oracle = spec["part"], spec["oracle"]
         inputs = inputs_of(spec)
@@ -195,7 +199,7 @@ def __evalplus__():
             exp = expected[i]
             if oracle == "poly_root":
                 if not abs(poly(*inp, out)) <= atol:
-                    raise AssertionError(f"{part} input {i}: {show(out)} is no root")
+                    raise AssertionError(f"{part} input {i}: {judge.show(out)} is no root")
                 continue
             same = out == exp
             if oracle == "any":
@@ -220,7 +224,7 @@ def __evalplus__():
                 )
             if not same:
                 raise AssertionError(
-                    f"{part} input {i}: expected {show(exp)}, got {show(out)}"
+                    f"{part} input {i}: expected {judge.show(exp)}, got {judge.show(out)}"
                     + (f" (atol {atol:g})" if atol else "")
                 )
 

@@ -310,7 +310,9 @@ def check(candidate):
     for _i, (_args, _want) in enumerate(_CASES):
         _got = _plain(candidate(*_args))
         _ok = _got == _want or (isinstance(_want, list) and len(_want) == 1 and _got == _want[0])
-        assert _ok, f"case {{_i}}: returned {{_got!r:.200}}, expected {{_want!r:.200}}"
+        if not _ok:
+            _shown = __judge__.show(_got), __judge__.show(_want)
+            raise AssertionError("case %d: returned %s, expected %s" % (_i, *_shown))
 """
 
 

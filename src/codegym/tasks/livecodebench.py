@@ -29,6 +29,7 @@ import base64
 import binascii
 import io
 import json
+import keyword
 import pickle
 import zlib
 from collections.abc import Mapping
@@ -64,7 +65,13 @@ def check(candidate):
         __judge__.deadline(None)
         if isinstance(_got, tuple):
             _got = list(_got)
-        assert _got == _want, f"test {{_i}}: returned {{_got!r:.200}}, expected {{_want!r:.200}}"
+        if _got != _want:
+            _shown = __judge__.show(_got), __judge__.show(_want)
+            raise AssertionError("test %d: returned %s, expected %s" % (_i, *_shown))
+
+
+# the program's import and its Solution() have one test's time, as in LiveCodeBench
+__judge__.deadline({per_test!r})
 """
 
 
@@ -119,15 +126,24 @@ def to_task(row: Mapping[str, Any], fallback_id: str) -> Task:
             limits=Limits(cpu_s=PER_TEST_S, wall_s=PER_TEST_S),
             metadata=labels,
         )
-    if not isinstance(fn, str) or not fn.isidentifier():
-        raise RecordError(f"metadata 'func_name' must be a Python identifier, got {fn!r}")
+    if (
+        not isinstance(fn, str)
+        or not fn.isidentifier()
+        or keyword.iskeyword(fn)
+        or fn.startswith("_")
+    ):
+        raise RecordError(
+            f"metadata 'func_name' must be a public Python name (no keyword, no leading _), "
+            f"got {fn!r}"
+        )
     cases = []
     for k, (inp, out) in enumerate(tests):
         try:
             cases.append([[json.loads(line) for line in inp.split("\n")], json.loads(out)])
-        except json.JSONDecodeError as e:
+        except (ValueError, RecursionError) as e:  # bad JSON, too deep, an int too long
             raise RecordError(
-                f"functional test {k}: each input line and the output must be JSON ({e.msg})"
+                f"functional test {k}: each input line and the output must be JSON "
+                f"({type(e).__name__}: {str(e)[:200]})"
             ) from None
     prompt = "".join(f"# {line}".rstrip() + "\n" for line in question.splitlines())
     if starter:
@@ -156,8 +172,10 @@ def _json(row: Mapping[str, Any], name: str, default: Any) -> Any:
         return value
     try:
         return json.loads(value)
-    except json.JSONDecodeError as e:
-        raise RecordError(f"field {name!r} is not valid JSON ({e.msg} at {e.pos})") from None
+    except (ValueError, RecursionError) as e:  # bad JSON, nested too deep, an int too long
+        raise RecordError(
+            f"field {name!r} is not valid JSON ({type(e).__name__}: {str(e)[:200]})"
+        ) from None
 
 
 def _tests(row: Mapping[str, Any], name: str) -> list[tuple[str, str]]:
@@ -172,7 +190,9 @@ def _tests(row: Mapping[str, Any], name: str) -> list[tuple[str, str]]:
             raise RecordError(
                 f"field {name!r} is neither JSON nor base64/zlib/pickle-packed JSON ({e})"
             ) from None
-        if not isinstance(packed, (str, bytes)):
+        if isinstance(packed, bytes):
+            packed = packed.decode("utf-8", "replace")
+        if not isinstance(packed, str):
             raise RecordError(f"field {name!r} unpacks to {type(packed).__name__}, not JSON text")
         value = packed
     tests = _json({name: value}, name, [])
