@@ -13,24 +13,19 @@ from typing import TYPE_CHECKING
 from codegym._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from codegym.service._pool import Batching, ServiceRetry
     from codegym.service.app import ServiceConfig, create_app
-    from codegym.service.client import (
-        Batching,
-        RemoteSandbox,
-        RemoteSession,
-        RemoteWorkspace,
-        ServiceRetry,
-    )
+    from codegym.service.client import RemoteSandbox, RemoteSession, RemoteWorkspace
     from codegym.service.server import running, serve
 
 _LAZY = {
-    "Batching": "codegym.service.client",
+    "Batching": "codegym.service._pool",
     "ServiceConfig": "codegym.service.app",
     "create_app": "codegym.service.app",
     "RemoteSandbox": "codegym.service.client",
     "RemoteSession": "codegym.service.client",
     "RemoteWorkspace": "codegym.service.client",
-    "ServiceRetry": "codegym.service.client",
+    "ServiceRetry": "codegym.service._pool",
     "running": "codegym.service.server",
     "serve": "codegym.service.server",
 }

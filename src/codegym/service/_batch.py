@@ -23,16 +23,14 @@ import time
 import uuid
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 from pydantic import ValidationError
 
 from codegym.sandbox import ExecResult, SandboxClosed, SandboxError, SandboxInputError
+from codegym.service._pool import Batching, Instance, Pool
 from codegym.service.models import CAPACITY_ADMITS, CAPACITY_WORKERS, BatchLine
-
-if TYPE_CHECKING:
-    from codegym.service.client import Batching, RemoteSandbox, _Instance
 
 log = logging.getLogger("codegym.service")
 RUN = "/v1/run"
@@ -50,7 +48,7 @@ class _Waiting:
 class Batcher:
     """The waiting room and the batch requests of one ``RemoteSandbox``."""
 
-    def __init__(self, remote: RemoteSandbox, policy: Batching) -> None:
+    def __init__(self, remote: Pool, policy: Batching) -> None:
         self._remote = remote
         self._policy = policy
         self._waiting: list[_Waiting] = []
@@ -130,7 +128,7 @@ class Batcher:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(self._policy.wait_s, self.flush, True)
 
-    def _admits(self, inst: _Instance) -> int:
+    def _admits(self, inst: Instance) -> int:
         return inst.admits or int(self._policy.per_worker * inst.workers)
 
     def close(self) -> None:
@@ -152,7 +150,7 @@ class Batcher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, inst: _Instance, runs: list[_Waiting]) -> None:
+    async def _send(self, inst: Instance, runs: list[_Waiting]) -> None:
         unanswered = dict(enumerate(runs))
         try:
             await self._request(inst, runs, unanswered)
@@ -167,7 +165,7 @@ class Batcher:
             self._spawn(self._alone_again(w))
 
     async def _request(
-        self, inst: _Instance, runs: list[_Waiting], unanswered: dict[int, _Waiting]
+        self, inst: Instance, runs: list[_Waiting], unanswered: dict[int, _Waiting]
     ) -> None:
         remote = self._remote
         items = b",".join(b'{"key":"%s","run":%s}' % (w.key.encode(), w.body) for w in runs)
@@ -195,7 +193,7 @@ class Batcher:
             log.debug("batch to %s ended early (%s); its open runs go alone", inst.url, e)
 
     async def _read_lines(
-        self, inst: _Instance, resp: aiohttp.ClientResponse, unanswered: dict[int, _Waiting]
+        self, inst: Instance, resp: aiohttp.ClientResponse, unanswered: dict[int, _Waiting]
     ) -> None:
         buf = bytearray()
         async for chunk in resp.content.iter_any():
@@ -211,7 +209,7 @@ class Batcher:
                     self._go_alone(w)  # 429/503 for this run: the lone path waits or fails over
             self._flush_if_room()
 
-    def _refused(self, inst: _Instance, status: int, runs: list[_Waiting]) -> None:
+    def _refused(self, inst: Instance, status: int, runs: list[_Waiting]) -> None:
         if status in (401, 403):
             error = token_refused(inst.url, status)
             for w in runs:
@@ -247,7 +245,7 @@ def token_refused(url: str, status: int) -> SandboxError:
     )
 
 
-def learn_capacity(inst: _Instance, headers: Mapping[str, str]) -> None:
+def learn_capacity(inst: Instance, headers: Mapping[str, str]) -> None:
     """Take the instance's workers and admission limit from an answer's headers."""
     workers, admits = headers.get(CAPACITY_WORKERS), headers.get(CAPACITY_ADMITS)
     if workers is not None and workers.isdigit():

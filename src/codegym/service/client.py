@@ -58,8 +58,8 @@ from codegym.service._batch import (
     learn_capacity,
     token_refused,
 )
+from codegym.service._pool import Batching, Instance, ServiceRetry
 from codegym.service.models import (
-    MAX_BATCH,
     ExecResultModel,
     FreezeRequest,
     Frozen,
@@ -77,58 +77,6 @@ from codegym.service.models import (
 )
 
 Text = str | bytes
-
-
-@dataclass(frozen=True)
-class ServiceRetry:
-    """How hard a call tries before it reports ``INFRA``."""
-
-    attempts: int = 8
-    """Failed requests per call (connection errors, timeouts, 5xx), over all instances."""
-    patience_s: float = 300.0
-    """How long a call keeps coming back after 429/503 (busy or draining) answers."""
-    backoff_s: float = 0.1
-    """First back-off of an instance that failed; doubles per failure."""
-    max_backoff_s: float = 5.0
-    """Cap on one back-off, and on a ``Retry-After`` honoured."""
-    slack_s: float = 30.0
-    """Added to a run's wall limit for its request timeout (queueing, transfer)."""
-    connect_s: float = 2.0
-    """Connect timeout."""
-
-
-@dataclass(frozen=True)
-class Batching:
-    """When concurrent ``run``/``run_python`` calls share one ``/v1/batch`` request (see
-    ``codegym.service._batch``): once this client has ``per_worker`` runs per worker of
-    the pool on the wire, further calls wait and leave together when it is below that
-    again, at most ``max_size`` to a request; after ``wait_s`` they leave anyway, as far
-    as the instances admit them."""
-
-    per_worker: float = 2.0
-    max_size: int = 32
-    wait_s: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.per_worker < 1 or not 1 <= self.max_size <= MAX_BATCH or self.wait_s < 0:
-            raise SandboxInputError(
-                f"Batching(per_worker={self.per_worker}, max_size={self.max_size}, "
-                f"wait_s={self.wait_s}): need per_worker >= 1, 1 <= max_size <= "
-                f"{MAX_BATCH} and wait_s >= 0"
-            )
-
-
-@dataclass
-class _Instance:
-    url: str
-    in_flight: int = 0
-    """Runs this client has on the wire to it."""
-    failures: int = 0
-    unavailable_until: float = 0.0
-    workers: int = 0
-    """As its last answer said (0: not known yet)."""
-    admits: int = 0
-    """Runs it admits before answering 429, as its last answer said."""
 
 
 @dataclass(frozen=True)
@@ -178,7 +126,7 @@ class RemoteSandbox:
         for u in url_list:
             if not u.startswith(("http://", "https://")):
                 raise SandboxInputError(f"service URL {u!r} must start with http:// or https://")
-        self._instances = [_Instance(u.rstrip("/")) for u in url_list]
+        self._instances = [Instance(u.rstrip("/")) for u in url_list]
         self.retry = retry or ServiceRetry()
         token = token if token is not None else os.environ.get("CODEGYM_TOKEN")
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -313,7 +261,7 @@ class RemoteSandbox:
     # -- machinery -------------------------------------------------------------------
 
     async def _exec(
-        self, path: str, req: BaseModel, wall_s: float, pin: _Instance | None = None
+        self, path: str, req: BaseModel, wall_s: float, pin: Instance | None = None
     ) -> ExecResult:
         body = req.model_dump_json(exclude_none=True).encode()
         if path == RUN and pin is None and self.batcher is not None:
@@ -325,7 +273,7 @@ class RemoteSandbox:
         path: str,
         body: bytes,
         wall_s: float,
-        pin: _Instance | None = None,
+        pin: Instance | None = None,
         key: str | None = None,
     ) -> ExecResult:
         """One execution on a request of its own (retried over the pool)."""
@@ -340,7 +288,7 @@ class RemoteSandbox:
             self.infra_count += 1
             return _infra(f"the service sent an answer that is not an ExecResult: {e}")
 
-    async def _pick(self, avoid: _Instance | None = None, wait_s: float = 0.0) -> _Instance:
+    async def _pick(self, avoid: Instance | None = None, wait_s: float = 0.0) -> Instance:
         """The available instance with the fewest calls in flight (ties in turn), other than
         ``avoid`` when there is one; else, after ``wait_s`` or until the soonest instance
         is back (bounded), that one."""
@@ -362,10 +310,10 @@ class RemoteSandbox:
         path: str,
         body: bytes | None,
         timeout_s: float,
-        pin: _Instance | None = None,
+        pin: Instance | None = None,
         expect: tuple[int, ...] = (200,),
         key: str | None = None,
-    ) -> tuple[_Instance, _Reply] | _Failure:
+    ) -> tuple[Instance, _Reply] | _Failure:
         """One logical request, retried over the pool under one Idempotency-Key.
 
         Raises:
@@ -378,7 +326,7 @@ class RemoteSandbox:
         why = "no attempt was made"
         failures = 0
         give_up = time.monotonic() + self.retry.patience_s
-        last: _Instance | None = None
+        last: Instance | None = None
         busy_s = 0.0  # the last 429's Retry-After: how long to wait when nothing else is free
         while failures < self.retry.attempts and time.monotonic() < give_up:
             if last is not None:
@@ -436,7 +384,7 @@ class RemoteSandbox:
                 self._down(inst)
         return _Failure(f"gave up after {failures} failed attempts; last: {why}")
 
-    def _down(self, inst: _Instance) -> None:
+    def _down(self, inst: Instance) -> None:
         wait = min(self.retry.backoff_s * 2**inst.failures, self.retry.max_backoff_s)
         inst.failures += 1
         inst.unavailable_until = time.monotonic() + wait
@@ -455,7 +403,7 @@ class RemoteSession:
     def __init__(self, remote: RemoteSandbox, disk_mb: int = 256) -> None:
         self._remote = remote
         self._disk_mb = disk_mb
-        self._inst: _Instance | None = None
+        self._inst: Instance | None = None
         self.id = ""
 
     async def __aenter__(self) -> RemoteSession:
@@ -494,7 +442,7 @@ class RemoteSession:
         check_path(path)
         return f"{self._base}/{self.id}/files/{quote(path, safe='/')}"
 
-    def _pinned(self) -> _Instance:
+    def _pinned(self) -> Instance:
         if self._inst is None:
             raise SandboxError("the session is not open; use 'async with sb.session()'")
         return self._inst

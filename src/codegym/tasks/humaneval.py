@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 from importlib import resources
 
-from codegym.tasks.loaders import parse_jsonl
+from codegym.tasks.loaders import parse_jsonl, register_suite
 from codegym.tasks.manifest import BUILTIN_PINS, check_sha256
 from codegym.tasks.taskset import DatasetError, TaskSet
 
@@ -41,3 +41,6 @@ def load_humaneval() -> TaskSet:
         format="humaneval",
         sha256=digest,
     )
+
+
+register_suite("humaneval", load_humaneval)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import parse_qsl
 
+from codegym.tasks import synthetic
 from codegym.tasks.formats import (
     FORMATS,
     Format,
@@ -275,9 +276,6 @@ def load_synthetic(spec: str | SynthSpec) -> TaskSet:
 
 def _package_generate(s: SynthSpec) -> Sequence[Task]:
     """Fall back to the families shipped in ``codegym.tasks.synthetic``."""
-    # Imported late: the synthetic package imports codegym.tasks, which imports this module.
-    from codegym.tasks import synthetic
-
     shipped: Sequence[str] = synthetic.FAMILIES
     if s.family not in shipped:
         known = ", ".join(sorted({*_FAMILIES, *shipped}))
@@ -397,19 +395,13 @@ def check_sha256_of(ts: TaskSet, expected: str) -> None:
     compare_sha256(ts.sha256, expected, ts.name)
 
 
-def _load_humaneval() -> TaskSet:
-    from codegym.tasks.humaneval import load_humaneval
-
-    return load_humaneval()
-
-
 def _load_swe_offline() -> TaskSet:
     from codegym.tasks.swe.task import OFFLINE_FILE, as_taskset
 
     return as_taskset(OFFLINE_FILE)  # type: ignore[no-any-return]
 
 
-register_suite("humaneval", _load_humaneval)
+# ``humaneval`` registers itself in codegym.tasks.humaneval (which imports this module)
 register_suite("swe-offline", _load_swe_offline)
 
 __all__ = [
