@@ -143,3 +143,101 @@ async def test_the_documented_examples_work() -> None:
                        api_key=None, tools=None, prefix="    return ")  # fmt: skip
     (g,) = await echo.generate("def f():\n    x = 1\n", SamplingParams())
     assert g.text == "    return     x = 1"
+
+
+def _plugin_env(folder: Path, **extra: str) -> dict[str, str]:
+    """The environment of a ``codegym`` run with ``folder`` on PYTHONPATH (no entry point or
+    CODEGYM_PLUGINS of the caller's)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODEGYM_PLUGINS")}
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+    return {**env, "PYTHONPATH": path, "OPENAI_API_KEY": "unused", **extra}
+
+
+def _said(done: subprocess.CompletedProcess[str]) -> str:
+    """stderr with the console's line wrapping undone."""
+    return " ".join(done.stderr.split())
+
+
+def test_a_plugin_policy_is_reached_from_the_command_line(tmp_path: Path) -> None:
+    """docs/extending.md's echo policy, a module in a folder on PYTHONPATH: ``--plugin``
+    brings it to ``eval``, ``$CODEGYM_PLUGINS`` to ``rollout``; both run with it."""
+    (tmp_path / "echo_policy.py").write_text(_doc_blocks()["echo_policy.py"])
+    echo = ["--model", "echo", "--policy", "echo", "--policy-options",
+            json.dumps({"prefix": "    return "}), "--no-store"]  # fmt: skip
+    ran = subprocess.run(
+        [CODEGYM, "--plugin", "echo_policy", "eval", "--suite", "humaneval", "--limit", "2",
+         *echo, "--json", "--out", str(tmp_path / "eval")],
+        capture_output=True, text=True, timeout=300, env=_plugin_env(tmp_path),
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    summary = json.loads(ran.stdout)
+    assert summary["config"]["policy"] == "echo" and summary["scored"] == 2
+    rows = [json.loads(x) for x in (tmp_path / "eval" / "results.jsonl").read_text().splitlines()]
+    assert all(r["completion"].startswith("    return ") for r in rows), rows
+    rolled = subprocess.run(
+        [CODEGYM, "rollout", "--env", "code", "--mode", "completions", "--groups", "1",
+         "--group-size", "2", *echo, "--out", str(tmp_path / "rollout")],
+        capture_output=True, text=True, timeout=300,
+        env=_plugin_env(tmp_path, CODEGYM_PLUGINS="echo_policy"),
+    )  # fmt: skip
+    assert rolled.returncode == 0, rolled.stderr
+    done = json.loads((tmp_path / "rollout" / "summary.json").read_text())
+    assert done["config"]["policy"] == "echo" and done["scored"] == 2
+    # without the plug-in: refused, naming what is registered
+    bare = subprocess.run(
+        [CODEGYM, "rollout", "--env", "code", "--mode", "completions", *echo,
+         "--out", str(tmp_path / "no")],
+        capture_output=True, text=True, timeout=120, env=_plugin_env(tmp_path),
+    )  # fmt: skip
+    assert bare.returncode == 2 and "unknown policy 'echo'; registered: openai" in _said(bare)
+
+
+def test_an_installed_plugin_is_found_by_its_entry_point(tmp_path: Path) -> None:
+    """A package's ``codegym.plugins`` entry point (here a bare dist-info on PYTHONPATH,
+    as ``pip install`` leaves one) registers docs/extending.md's tier for every command:
+    ``sandbox check`` lists it, ``--tier`` runs it and its help names it."""
+    (tmp_path / "my_tiers.py").write_text(_doc_blocks()["my_tiers.py"])
+    info = tmp_path / "my_tiers-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-tiers\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[codegym.plugins]\nniced = my_tiers\n")
+    env = _plugin_env(tmp_path)
+    check = subprocess.run([CODEGYM, "sandbox", "check"], capture_output=True, text=True,
+                           timeout=120, env=env)  # fmt: skip
+    assert "niced    ok" in check.stderr, check.stderr  # the console writes to stderr
+    prog = tmp_path / "nice.py"
+    prog.write_text("import os; print(os.nice(0))\n")
+    ran = subprocess.run([CODEGYM, "sandbox", "run", str(prog), "--tier", "niced"],
+                         capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert ran.returncode == 0 and ran.stdout.startswith("19\n"), ran.stdout + ran.stderr
+    helped = subprocess.run([CODEGYM, "sandbox", "run", "--help"], capture_output=True,
+                            text=True, timeout=60, env=env)  # fmt: skip
+    assert "niced" in helped.stdout
+    off = {**env, "CODEGYM_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    skipped = subprocess.run([CODEGYM, "sandbox", "run", str(prog), "--tier", "niced"],
+                             capture_output=True, text=True, timeout=120, env=off)  # fmt: skip
+    assert skipped.returncode == 2 and "unknown sandbox tier 'niced'" in _said(skipped)
+
+
+def test_a_plugin_that_fails_to_load_is_named_with_the_fix(tmp_path: Path) -> None:
+    """A broken plug-in ends the command with exit 2 and a message naming the module, what
+    it raised and where, and how to leave it out; never a traceback. ``codegym --help``
+    imports no plug-in."""
+    (tmp_path / "broken_plugin.py").write_text("import os\nraise RuntimeError('half done')\n")
+    env = _plugin_env(tmp_path)
+    cmd = [CODEGYM, "eval", "--suite", "humaneval", "--model", "m", "--out", str(tmp_path / "r")]
+    broken = subprocess.run([CODEGYM, "--plugin", "broken_plugin", *cmd[1:]], capture_output=True,
+                            text=True, timeout=120, env=env)  # fmt: skip
+    said = _said(broken)
+    assert broken.returncode == 2 and "Traceback" not in broken.stderr, broken.stderr
+    assert "plug-in 'broken_plugin' (--plugin) failed to load: RuntimeError: half done" in said
+    assert "broken_plugin.py:2" in said and "drop --plugin broken_plugin" in said
+    missing = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                             env={**env, "CODEGYM_PLUGINS": "no_such_plugin"})  # fmt: skip
+    said = _said(missing)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr, missing.stderr
+    assert "plug-in 'no_such_plugin' (CODEGYM_PLUGINS): no module named" in said
+    assert "PYTHONPATH" in said and "take it out of $CODEGYM_PLUGINS" in said
+    helped = subprocess.run([CODEGYM, "--help"], capture_output=True, text=True, timeout=60,
+                            env={**env, "CODEGYM_PLUGINS": "broken_plugin"})  # fmt: skip
+    assert helped.returncode == 0 and "--plugin" in helped.stdout

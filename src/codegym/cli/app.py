@@ -4,12 +4,17 @@
 them (their modules pull in the sandbox, duckdb, torch, fastapi, …): only the command a
 user runs is imported. The one-line helps here are the commands' own first lines, which
 ``tests/cli/test_lazy.py`` keeps in step.
+
+Plug-ins (``codegym._registry.load_plugins``: the ``codegym.plugins`` entry points,
+``$CODEGYM_PLUGINS`` and ``--plugin MODULE``) are imported once a command is chosen and
+before its module is, so its registry lookups and the choices its help lists know them;
+``codegym --help`` imports none.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from typer import _click as click  # typer's own copy of click: its groups hold its commands
@@ -138,6 +143,12 @@ class _Lazy(TyperGroup):
         finally:
             self._resolving = False
 
+    def invoke(self, ctx: click.Context) -> Any:
+        from codegym._registry import load_plugins
+
+        load_plugins(ctx.params.get("plugin") or ())  # before the command's module is imported
+        return super().invoke(ctx)
+
 
 app = typer.Typer(
     name="codegym",
@@ -149,8 +160,20 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    plugin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--plugin",
+            metavar="MODULE",
+            help="Import this plug-in module first (repeat); also $CODEGYM_PLUGINS=a,b and "
+            "installed codegym.plugins entry points. See docs/extending.md.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     """Train, test and evaluate code models: sandbox, evals, rollouts."""
+    # --plugin is loaded by the group (_Lazy.invoke), before the command is imported
 
 
 def main() -> None:

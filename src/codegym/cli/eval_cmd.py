@@ -30,8 +30,10 @@ from codegym.envs import ENVS, EnvError
 from codegym.evals.rundir import build_summary, write_run
 from codegym.evals.runner import Runner, RunnerConfig, SampleResult, quarantined_results
 from codegym.policies import Policy, PolicyError, SamplingParams
+from codegym.policies.registry import POLICIES
 from codegym.rollout import EnvSpec, RolloutAborted, RolloutError
 from codegym.sandbox import HostUnsupported
+from codegym.sandbox.tiers import TIERS
 from codegym.store import DictCache, Store
 from codegym.tasks import DatasetError, Task, load_suite, verify
 
@@ -51,7 +53,8 @@ def eval_(
     policy_name: Annotated[
         str,
         typer.Option(
-            "--policy", help="openai (a server, default), replay, transformers, or a plug-in."
+            "--policy",
+            help=f"A registered policy: {POLICIES.choices()} (openai, the default: a server).",
         ),
     ] = "openai",
     policy_options: Annotated[
@@ -76,7 +79,7 @@ def eval_(
     ] = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N tasks.")] = None,
     model_concurrency: Annotated[int, typer.Option(help="Model requests in flight.")] = 32,
-    tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor, process.")] = "jail",
+    tier: Annotated[str, typer.Option(help=f"Sandbox tier: {TIERS.choices()}.")] = "jail",
     workers: Annotated[int | None, typer.Option(help="Sandbox workers (default: CPUs).")] = None,
     sandbox_url: Annotated[
         list[str] | None,

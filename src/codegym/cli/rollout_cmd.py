@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from codegym._registry import load_plugins
 from codegym.cli._common import (
     MetricsPortOption,
     TraceFileOption,
@@ -34,7 +35,8 @@ from codegym.cli._common import (
     start_telemetry,
 )
 from codegym.envs import ENVS, EnvError, Resources, Trajectory
-from codegym.policies import PolicyError, SamplingParams
+from codegym.policies import Policy, PolicyError, SamplingParams
+from codegym.policies.registry import POLICIES, make_policy
 from codegym.rollout import (
     EnvSpec,
     LocalExecutor,
@@ -45,12 +47,12 @@ from codegym.rollout import (
     replay_trajectory,
 )
 from codegym.sandbox import HostUnsupported, Sandbox
+from codegym.sandbox.tiers import TIERS
 from codegym.store import Store
 from codegym.store.records import TrajectoryRecord as StoredTrajectory
 from codegym.tasks.synthetic import generate
 
 if TYPE_CHECKING:  # Ray is imported only by runs that use it (``import ray`` costs ~0.7 s)
-    from codegym.policies.openai_policy import OpenAIPolicy
     from codegym.rollout.ray_executor import RayExecutor, RayOptions
 
 
@@ -68,8 +70,20 @@ def load_env_file(path: Path) -> None:
 def rollout(
     env: Annotated[str, typer.Option(help="Registered env name (code, tool, or from --env-file).")],
     model: Annotated[str, typer.Option(help="Model name the server serves.")],
-    base_url: Annotated[str, typer.Option(help="OpenAI-compatible base URL, e.g. .../v1.")],
     out: Annotated[Path, typer.Option(help="Run folder: trajectories.jsonl, summary.json.")],
+    base_url: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible base URL, e.g. .../v1 (--policy openai).")
+    ] = None,
+    policy_name: Annotated[
+        str,
+        typer.Option(
+            "--policy",
+            help=f"A registered policy: {POLICIES.choices()} (openai, the default: a server).",
+        ),
+    ] = "openai",
+    policy_options: Annotated[
+        str, typer.Option(help="The policy's own options as a JSON object.")
+    ] = "{}",
     groups: Annotated[int, typer.Option(help="GRPO groups (one task each).")] = 8,
     group_size: Annotated[int, typer.Option(help="Episodes per group.")] = 8,
     env_file: Annotated[
@@ -91,7 +105,7 @@ def rollout(
     max_tokens: Annotated[int, typer.Option(help="Max new tokens per model turn.")] = 512,
     seed: Annotated[int, typer.Option(help="Run seed (episode seeds derive from it).")] = 0,
     model_concurrency: Annotated[int, typer.Option(help="Model requests in flight.")] = 256,
-    tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor, process.")] = "jail",
+    tier: Annotated[str, typer.Option(help=f"Sandbox tier: {TIERS.choices()}.")] = "jail",
     workers: Annotated[int | None, typer.Option(help="Sandbox workers (default: CPUs).")] = None,
     retries: Annotated[int, typer.Option(help="Retries of an episode after an infra failure.")] = 2,
     straggler_s: Annotated[
@@ -153,16 +167,16 @@ def rollout(
             from codegym.rollout.ray_executor import RayOptions, per_actor
 
             ray_opts = RayOptions(address=ray_address, actors=ray_actors)
-        from codegym.policies.openai_policy import OpenAIPolicy
-
-        # a factory: each Ray actor builds its own client (a live one cannot be pickled)
+        # a factory: each Ray actor builds its own policy (a live client cannot be pickled)
         policy_factory = partial(
-            OpenAIPolicy,
-            base_url,
-            model,
+            make_policy,
+            policy_name,
+            model=model,
+            base_url=base_url,
+            mode=mode,
             api_key=api_key or os.environ.get("OPENAI_API_KEY"),
-            mode=mode,  # type: ignore[arg-type]
             tools=tools,
+            **json_object(policy_options, "--policy-options"),
         )
         policy = policy_factory(concurrency=model_concurrency)
         if ray_opts is not None:
@@ -171,8 +185,12 @@ def rollout(
             )
     except (ValueError, PolicyError, RolloutError) as e:
         fail(str(e))
-    run = _Run(tier, workers, ray_opts, policy_factory, tuple(env_file or ()), images)
+    plugins = tuple(load_plugins())  # the Ray actors import them too
+    run = _Run(
+        tier, workers, ray_opts, policy_factory, tuple(env_file or ()), mode, plugins, images
+    )
     tracked = {"env": env, "env_options": options, "model": model, "base_url": base_url,
+               "policy": policy_name,
                "suite": suite or f"synth:{family}", "groups": groups, "group_size": group_size,
                "temperature": temperature, "max_tokens": max_tokens, "seed": seed}  # fmt: skip
     with open_store(store, no_store) as st, mlflow_run(mlflow, mlflow_uri, f"rollout-{env}",
@@ -224,8 +242,10 @@ def _images_for(tasks: list[Any], suite: str) -> Any:
     return store
 
 
-def load_env_files(paths: tuple[Path, ...]) -> None:
-    """Register the envs of ``--env-file`` files (run again inside each Ray actor)."""
+def load_env_files(paths: tuple[Path, ...], plugins: tuple[str, ...] = ()) -> None:
+    """Import the plug-ins and register the envs of ``--env-file`` files (run again inside
+    each Ray actor)."""
+    load_plugins(plugins)
     for f in paths:
         load_env_file(f)
 
@@ -237,15 +257,19 @@ class _Run:
     tier: str
     workers: int | None
     ray: RayOptions | None
-    policy_factory: Callable[[], OpenAIPolicy]
+    policy_factory: Callable[..., Policy]
     env_files: tuple[Path, ...]
+    mode: str
+    """chat or completions: what the policy is sent."""
+    plugins: tuple[str, ...] = ()
+    """Plug-in modules named by $CODEGYM_PLUGINS and --plugin (loaded in Ray actors too)."""
     images: Any = None
     """The image cache, when the tasks are repository tasks."""
 
 
 async def _rollout(
     spec: EnvSpec,
-    policy: OpenAIPolicy,
+    policy: Policy,
     params: SamplingParams,
     cfg: RolloutConfig,
     tasks: list[Any],
@@ -263,7 +287,10 @@ async def _rollout(
             sb = await stack.enter_async_context(
                 Sandbox(tier=run.tier, workers=run.workers, images=run.images)
             )
-            await stack.enter_async_context(policy)
+            if hasattr(policy, "__aenter__"):  # HTTP clients hold a session
+                await stack.enter_async_context(policy)  # type: ignore[arg-type]
+            elif (close := getattr(policy, "aclose", None)) is not None:
+                stack.push_async_callback(close)
             resources = Resources(sb, tier=run.tier)
             spec.make(resources)  # validate the options before any request
             ex = LocalExecutor(
@@ -271,7 +298,7 @@ async def _rollout(
                 policy,
                 params,
                 resources,
-                prompt=policy.mode,
+                prompt=run.mode,
                 model_concurrency=cfg.model_concurrency,
                 env_concurrency=2 * sb.size,
             )
@@ -287,10 +314,12 @@ async def _rollout(
                 params,
                 sandbox=SandboxSpec(tier=run.tier, workers=workers),
                 ray_options=run.ray,
-                prompt=policy.mode,
+                prompt=run.mode,
                 model_concurrency=per_actor(cfg.model_concurrency, run.ray.actors),
                 env_concurrency=2 * workers,
-                worker_setup=partial(load_env_files, run.env_files) if run.env_files else None,
+                worker_setup=partial(load_env_files, run.env_files, run.plugins)
+                if run.env_files or run.plugins
+                else None,
             )
             ray_ex = await stack.enter_async_context(ex)
             executor_info = {"kind": "ray", "address": run.ray.address, "actors": run.ray.actors}
@@ -347,7 +376,7 @@ def replay(
     env_file: Annotated[
         list[Path] | None, typer.Option(help="Python file registering envs.")
     ] = None,
-    tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor, process.")] = "jail",
+    tier: Annotated[str, typer.Option(help=f"Sandbox tier: {TIERS.choices()}.")] = "jail",
     limit: Annotated[int | None, typer.Option(help="Only the first N trajectories.")] = None,
 ) -> None:
     """Re-score stored trajectories by replaying their turns; exit 1 if any differ."""

@@ -11,7 +11,7 @@ import typer
 
 from codegym.cli._common import console, fail
 from codegym.sandbox import ExecResult, HostUnsupported, Limits, Sandbox, SandboxInputError
-from codegym.sandbox.tiers import make_tier, tier_names
+from codegym.sandbox.tiers import TIERS, make_tier, tier_names
 
 if TYPE_CHECKING:
     from codegym.sandbox.images import Image, ImageStore
@@ -44,7 +44,7 @@ def check() -> None:
 @app.command("run")
 def run(
     file: Annotated[Path, typer.Argument(help="Python file to run ('-' for stdin).")],
-    tier: Annotated[str, typer.Option(help="jail, gvisor or process.")] = "jail",
+    tier: Annotated[str, typer.Option(help=f"Sandbox tier: {TIERS.choices()}.")] = "jail",
     cpu_s: Annotated[float, typer.Option(help="CPU seconds.")] = 2.0,
     wall_s: Annotated[float | None, typer.Option(help="Wall-clock backstop.")] = None,
     memory_mb: Annotated[int, typer.Option(help="Memory limit in MB.")] = 512,

@@ -25,6 +25,7 @@ from codegym.cli._progress import score_progress
 from codegym.evals.rundir import build_summary
 from codegym.evals.runner import Runner, RunnerConfig, SampleResult
 from codegym.sandbox import HostUnsupported
+from codegym.sandbox.tiers import TIERS
 from codegym.store import DictCache, Store
 from codegym.tasks import DatasetError, Task, load_suite
 
@@ -107,7 +108,7 @@ def score(
     ] = "humaneval",
     fmt: FormatOption = None,
     since: SinceOption = None,
-    tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor, process.")] = "jail",
+    tier: Annotated[str, typer.Option(help=f"Sandbox tier: {TIERS.choices()}.")] = "jail",
     workers: Annotated[int | None, typer.Option(help="Sandbox workers (default: CPUs).")] = None,
     sandbox_url: Annotated[
         list[str] | None,

@@ -12,6 +12,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from codegym.sandbox import HostUnsupported, SandboxInputError
+from codegym.sandbox.tiers import TIERS
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -35,7 +36,7 @@ def serve(
     no_auth: Annotated[
         bool, typer.Option("--no-auth", help="Run without a token (trusted networks only).")
     ] = False,
-    tier: Annotated[str, typer.Option(help="Sandbox tier: jail, gvisor or process.")] = "jail",
+    tier: Annotated[str, typer.Option(help=f"Sandbox tier: {TIERS.choices()}.")] = "jail",
     workers: Annotated[
         int | None, typer.Option(help="Executions at once (default: CPU count).")
     ] = None,
