@@ -158,6 +158,15 @@ def test_stop_string_cuts_the_text(server: ModelServer) -> None:
         ("response_format", {"extra_body": {"response_format": {"type": "json_object"}}}),
         ("logit_bias", {"logit_bias": {"1": 5}}),
         ("stream", {"stream": True, "logprobs": 1}),
+        ("top_k", {"extra_body": {"top_k": 5}}),
+        ("min_p", {"extra_body": {"min_p": 0.1}}),
+        ("repetition_penalty", {"extra_body": {"repetition_penalty": 1.2}}),
+        ("best_of", {"best_of": 2}),
+        ("suffix", {"suffix": "end"}),
+        ("ignore_eos", {"extra_body": {"ignore_eos": True}}),
+        ("top_kk", {"extra_body": {"top_kk": 1}}),  # a typo is refused, not ignored
+        ("guided_json", {"extra_body": {"guided_json": {"type": "object"}}}),
+        ("stream_options", {"stream": True, "stream_options": {"continuous_usage_stats": True}}),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field(
@@ -167,6 +176,65 @@ def test_bad_input_is_a_400_naming_the_field(
     with pytest.raises(openai.BadRequestError) as err:
         client(server).completions.create(model="tiny", **body)
     assert field in err.value.message
+    if field not in ("temperature", "top_p", "max_tokens", "n", "prompt"):  # bad values
+        assert err.value.code == "unsupported", err.value.body
+        assert isinstance(err.value.body, dict) and err.value.body["param"] == field
+
+
+@pytest.mark.parametrize(
+    ("field", "kw"),
+    [
+        ("top_k", {"extra_body": {"top_k": 1}}),
+        ("min_p", {"extra_body": {"min_p": 0.5}}),
+        ("repetition_penalty", {"extra_body": {"repetition_penalty": 0.9}}),
+        (
+            "parallel_tool_calls",
+            {
+                "parallel_tool_calls": False,
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {"name": "run", "parameters": {"type": "object"}},
+                    }
+                ],
+            },
+        ),
+        ("top_logprobs", {"top_logprobs": 2}),
+        ("reasoning_effort", {"reasoning_effort": "high"}),
+        ("echo", {"extra_body": {"echo": True}}),
+    ],
+)
+def test_chat_refuses_what_it_does_not_honour_by_name(
+    server: ModelServer, field: str, kw: dict[str, Any]
+) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        client(server).chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=2, **kw
+        )
+    assert field in err.value.message and err.value.code == "unsupported"
+
+
+@pytest.mark.parametrize(
+    ("field", "kw"),
+    [
+        ("text", {"text": {"format": {"type": "json_object"}}}),
+        ("text", {"text": {"verbosity": "low"}}),
+        ("parallel_tool_calls", {"parallel_tool_calls": False}),
+        ("truncation", {"truncation": "auto"}),
+        ("include", {"include": ["message.output_text.logprobs"]}),
+        ("top_k", {"extra_body": {"top_k": 3}}),
+        ("max_tool_calls", {"max_tool_calls": 1}),
+        ("top_logprobs", {"top_logprobs": 2}),
+        ("n", {"extra_body": {"n": 2}}),  # a chat field, but one Responses answer only
+        ("previous_response_id", {"previous_response_id": "r1"}),
+    ],
+)
+def test_the_responses_api_refuses_what_it_does_not_honour_by_name(
+    server: ModelServer, field: str, kw: dict[str, Any]
+) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        client(server).responses.create(model="tiny", input="x", max_output_tokens=2, **kw)
+    assert field in err.value.message and err.value.code == "unsupported", err.value.body
 
 
 def test_unknown_model_is_a_404_naming_the_served_one(server: ModelServer) -> None:
@@ -234,9 +302,43 @@ def test_the_tokenizers_chat_template_is_used(tmp_path: Path) -> None:
 def test_defaults_that_change_nothing_are_accepted(server: ModelServer) -> None:
     r = client(server).completions.create(
         model="tiny", prompt="x", max_tokens=2, presence_penalty=0, frequency_penalty=0,
-        extra_body={"response_format": {"type": "text"}}, user="me", best_of=1,
+        extra_body={"response_format": {"type": "text"}, "top_k": -1, "min_p": 0,
+                    "repetition_penalty": 1, "logit_bias": None, "store": False},
+        user="me", best_of=1,
     )  # fmt: skip
     assert r.choices[0].finish_reason in ("stop", "length")
+    tools: Any = [
+        {"type": "function", "function": {"name": "run", "parameters": {"type": "object"}}}
+    ]
+    chat = client(server).chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=2, tools=tools,
+        parallel_tool_calls=True, store=False, metadata={"run": "1"}, user="me",
+        extra_body={"top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0},
+    )  # fmt: skip
+    assert chat.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    rtools: Any = [{"type": "function", "name": "run", "parameters": {"type": "object"},
+                    "strict": True}]  # fmt: skip
+    resp = client(server).responses.create(
+        model="tiny", input="x", max_output_tokens=2, tools=rtools, store=False,
+        include=["reasoning.encrypted_content"], parallel_tool_calls=True,
+        truncation="disabled", metadata={"a": "b"}, text={"format": {"type": "text"}},
+        extra_body={"top_k": -1, "seed": 3},
+    )  # fmt: skip
+    assert resp.status in ("completed", "incomplete")
+
+
+def test_the_responses_api_honours_seed(server: ModelServer) -> None:
+    def ask(seed: int) -> str:
+        return (
+            client(server)
+            .responses.create(
+                model="tiny", input="def", max_output_tokens=8, extra_body={"seed": seed}
+            )
+            .output_text
+        )
+
+    assert ask(4) == ask(4)
+    assert len({ask(s) for s in range(4, 8)}) > 1
 
 
 def test_a_request_past_the_context_is_context_length_exceeded(server: ModelServer) -> None:

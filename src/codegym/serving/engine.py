@@ -18,11 +18,16 @@ stop string (or of a ``<tool_call>`` block) is held back until it cannot. Tool c
 (``codegym.serving.tools``) are parsed from the text. ``echo`` with ``logprobs`` scores the
 prompt (``max_tokens=0``: nothing sampled), as likelihood evals (lm-eval) ask.
 
-What is not honoured is refused, never ignored: non-zero penalties, a ``response_format``
-other than text, ``logit_bias``, ``best_of`` > 1, ``suffix``, a forced ``tool_choice``,
-logprobs or echo while streaming. A prompt plus ``max_tokens`` past the context is refused
-with code ``context_length_exceeded`` (never clipped); without ``max_tokens`` chat samples
-up to the context.
+What is not honoured is refused (code ``unsupported``), never ignored: non-zero
+``presence_penalty`` / ``frequency_penalty``, vLLM's ``top_k`` / ``min_p`` /
+``repetition_penalty`` set to anything but their "off" value (the sampler does
+temperature and top-p only), ``parallel_tool_calls=false``, a ``response_format`` other
+than text, ``logit_bias``, ``best_of`` > 1, ``suffix``, a forced ``tool_choice``, logprobs
+or echo while streaming, and any field this server does not know (``check_extras``). Only
+the bookkeeping fields in ``IGNORED`` (``user``, ``store``, ``metadata``, …), which OpenAI
+clients send and which change nothing in an answer, are accepted and ignored. A prompt plus
+``max_tokens`` past the context is refused with code ``context_length_exceeded`` (never
+clipped); without ``max_tokens`` chat samples up to the context.
 
 ``RequestError`` is a user's mistake (HTTP 400, naming the field and the fix; ``code`` a
 string such as ``context_length_exceeded``).
@@ -45,7 +50,83 @@ from codegym.serving.protocol import ChatRequest, CompletionRequest
 from codegym.serving.stream import Chunks
 from codegym.serving.tools import OPEN, parse_calls, with_tools
 
-_UNSUPPORTED = ("logit_bias", "functions", "function_call", "suffix", "guided_json")
+IGNORED = frozenset(
+    {
+        "user",
+        "store",
+        "metadata",
+        "service_tier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "safety_identifier",
+    }
+)
+"""Fields accepted and ignored: OpenAI clients send them as bookkeeping (who asked, what to
+keep, which tier or cache to use), and none of them changes what is sampled or returned."""
+
+_DEFAULTS: dict[str, tuple[Any, ...]] = {
+    "best_of": (1,),
+    "top_k": (-1, 0),
+    "min_p": (0,),
+    "repetition_penalty": (1,),
+    "parallel_tool_calls": (True,),
+    "logit_bias": ({},),
+    "functions": ([],),
+    "suffix": ("",),
+    "echo": (False,),
+    "ignore_eos": (False,),
+    "min_tokens": (0,),
+    "skip_special_tokens": (True,),
+    "include_stop_str_in_output": (False,),
+    "stop_token_ids": ([],),
+    "add_generation_prompt": (True,),
+    "modalities": (["text"],),
+}
+"""Extra (OpenAI or vLLM) fields this server does not implement, with the values that mean
+"off" and so ask for what it does anyway; any other value is refused by name."""
+
+_HINTS = {
+    "best_of": "best_of > 1 is not supported; send n instead",
+    "parallel_tool_calls": "parallel_tool_calls=false is not honoured here (the model may "
+    "write several calls in one answer); send true or leave it unset",
+}
+
+
+def _is(value: Any, accepted: Sequence[Any]) -> bool:
+    """``value`` equals one of ``accepted``, a bool only a bool (``True == 1`` in Python)."""
+    return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in accepted)
+
+
+def check_extras(
+    extras: dict[str, Any],
+    defaults: dict[str, tuple[Any, ...]] | None = None,
+    *,
+    known: frozenset[str] = frozenset(),
+) -> None:
+    """Refuse every field of ``extras`` that asks for something this server does not do.
+
+    A null value is an unset field; ``IGNORED`` and ``known`` fields (handled by the
+    caller) pass; a field of ``defaults`` passes at its "off" value. Anything else is a
+    ``RequestError`` (code ``unsupported``) that names the field.
+    """
+    table = _DEFAULTS if defaults is None else defaults
+    for name, value in extras.items():
+        if value is None or name in IGNORED or name in known:
+            continue
+        if name in table:
+            if _is(value, table[name]):
+                continue
+            offs = " or ".join(repr(a) for a in table[name])
+            hint = _HINTS.get(name) or (
+                f"{name}={value!r} is not honoured by this server; send {offs} or leave it unset"
+            )
+            raise RequestError(hint, name, code="unsupported")
+        raise RequestError(
+            f"unknown field {name!r}: this server does not implement it, and would rather "
+            "refuse it than ignore it; drop it (docs/serving.md lists what is honoured)",
+            name,
+            code="unsupported",
+        )
 
 
 class RequestError(CodegymError, ValueError):
@@ -117,13 +198,20 @@ class ServingEngine:
                 status=404,
                 code="model_not_found",
             )
-        for name in _UNSUPPORTED:
-            if req.extras().get(name) not in (None, [], {}, ""):
+        check_extras(req.extras())
+        for key, value in (req.stream_options or {}).items():
+            if key == "include_obfuscation" or (key == "continuous_usage_stats" and not value):
+                continue  # padding against a network side channel: nothing to honour locally
+            if key != "include_usage":
                 raise RequestError(
-                    f"{name!r} is not supported by this server; drop it", name, code="unsupported"
+                    f"stream_options.{key} is not supported here; only include_usage is",
+                    "stream_options",
+                    code="unsupported",
                 )
-        if req.extras().get("best_of") not in (None, 1):
-            raise RequestError("best_of > 1 is not supported; send n instead", "best_of")
+        if isinstance(req, ChatRequest) and req.top_logprobs and not req.logprobs:
+            raise RequestError(
+                "top_logprobs needs logprobs=true; send both", "top_logprobs", code="unsupported"
+            )
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(req, name) != 0:
                 raise RequestError(

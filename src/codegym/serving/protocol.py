@@ -1,11 +1,16 @@
 """Request bodies of the model server, validated with pydantic (the OpenAI API subset).
 
 Fields follow the OpenAI API plus vLLM's extensions (``return_token_ids``,
-``return_tokens_as_token_ids``). Unknown fields are ignored, as OpenAI-compatible servers
-do, so clients that send extras (``user``) keep working; fields that would change the
-meaning of an answer but are not implemented (non-zero penalties, a ``response_format``
-other than text, ``logit_bias``, ``best_of`` > 1, ``suffix``, a forced ``tool_choice``) are
-rejected by the engine with a 400 that names them.
+``return_tokens_as_token_ids``). Fields not declared here are kept (``extra="allow"``) so
+that the engine can judge them by name rather than pydantic dropping them unseen: the
+bookkeeping fields OpenAI clients send (``user``, ``store``, ``metadata``, … ,
+``codegym.serving.engine.IGNORED``) are ignored because they change nothing in an answer;
+vLLM's sampling extras (``top_k``, ``min_p``, ``repetition_penalty``) and
+``parallel_tool_calls`` pass only at their "off" value; every other unknown field, and
+declared ones that are not implemented (non-zero penalties, a ``response_format`` other
+than text, a forced ``tool_choice``), is refused with a 400 (code ``unsupported``) that
+names it. Tools' ``strict`` flag (sent by default by some clients) is not enforced: call
+arguments are parsed from what the model wrote, never constrained to the schema.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ class _Sampling(BaseModel):
     model: str
     """The served model's name (``GET /v1/models``)."""
     max_tokens: int | None = Field(default=None, ge=1)
-    """Most tokens per sample; clipped to the model's context (finish ``length``)."""
+    """Most tokens per sample (finish ``length``). A prompt plus ``max_tokens`` past the
+    model's context is refused (``context_length_exceeded``), never clipped; unset, chat
+    samples up to the context and completions 16 tokens."""
     temperature: float = Field(default=1.0, ge=0.0, le=100.0)
     """0 is greedy."""
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
@@ -34,7 +41,7 @@ class _Sampling(BaseModel):
     """Stop strings: the text ends before the first; ``token_ids`` keep the token that hit it."""
     stream: bool = False
     stream_options: dict[str, Any] | None = None
-    """``{"include_usage": true}``: a last chunk with the usage."""
+    """``{"include_usage": true}``: a last chunk with the usage (other keys are refused)."""
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     response_format: dict[str, Any] | None = None
@@ -115,4 +122,5 @@ class ResponsesRequest(BaseModel):
     previous_response_id: str | None = None
     """Refused: this server keeps no responses (send the whole input)."""
     text: dict[str, Any] | None = None
-    """Only ``{"format": {"type": "text"}}`` is honoured."""
+    """Only ``{"format": {"type": "text"}}`` is honoured (other formats, ``verbosity``:
+    refused)."""

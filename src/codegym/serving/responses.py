@@ -8,8 +8,16 @@ object whose ``output`` holds a ``message`` item (``output_text``) and one
 Streamed, the chat chunks become the Responses events (``response.created``,
 ``response.output_text.delta``, …, ``response.completed``).
 
-Refused with a 400 rather than ignored: ``previous_response_id`` (no responses are kept),
-built-in tools (web search, file search, …), and a ``text.format`` other than text.
+Refused with a 400 (code ``unsupported``) rather than ignored: ``previous_response_id``
+(no responses are kept), built-in tools (web search, file search, …), a ``text.format``
+other than text, ``text.verbosity``, ``parallel_tool_calls=false``, ``truncation="auto"``,
+``background``, ``reasoning`` options, ``top_logprobs``, ``max_tool_calls``, an
+``include`` that asks for output this server does not produce (logprobs, tool outputs),
+and any field it does not know. ``seed`` and vLLM's sampling extras go to the chat engine,
+which honours or refuses them as it does for chat. The bookkeeping fields clients send by
+default (``store``, ``metadata``, ``user``, … ``codegym.serving.engine.IGNORED``) are
+ignored; ``include: ["reasoning.encrypted_content"]`` is accepted, as there is no
+reasoning to include.
 """
 
 from __future__ import annotations
@@ -20,8 +28,23 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from codegym.serving.engine import RequestError
+from pydantic import ValidationError
+
+from codegym.serving.engine import RequestError, check_extras
 from codegym.serving.protocol import ChatRequest, ResponsesRequest
+
+_TO_CHAT = ("seed", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+            "frequency_penalty")  # fmt: skip
+"""Extra fields passed on to the chat request, where the engine honours or refuses them."""
+
+_DEFAULTS: dict[str, tuple[Any, ...]] = {
+    "truncation": ("disabled",),
+    "parallel_tool_calls": (True,),
+    "background": (False,),
+    "top_logprobs": (0,),
+    "reasoning": ({},),
+}
+"""Responses fields this server does not implement, with their "off" values."""
 
 
 def _text(content: Any, where: str) -> str:
@@ -51,9 +74,40 @@ def as_chat(req: ResponsesRequest) -> ChatRequest:
             "previous_response_id",
             code="unsupported",
         )
-    fmt = (req.text or {}).get("format")
-    if fmt not in (None, {"type": "text"}):
-        raise RequestError("text.format other than text is not supported here", "text")
+    for key, value in (req.text or {}).items():
+        if key == "format" and value not in (None, {"type": "text"}):
+            raise RequestError(
+                "text.format other than {'type': 'text'} is not supported here",
+                "text",
+                code="unsupported",
+            )
+        if key != "format" and value is not None:
+            raise RequestError(
+                f"text.{key} is not supported here; only text.format (type text) is",
+                "text",
+                code="unsupported",
+            )
+    extras = dict(req.model_extra or {})
+    include = extras.pop("include", None) or []
+    for item in include if isinstance(include, list) else [include]:
+        if item != "reasoning.encrypted_content":  # no reasoning here: nothing to include
+            raise RequestError(
+                f"include {item!r} is not supported here (this server returns text and "
+                "function calls only)",
+                "include",
+                code="unsupported",
+            )
+    stream_options = extras.pop("stream_options", None) or {}
+    if not isinstance(stream_options, dict) or any(
+        k != "include_obfuscation" for k in stream_options
+    ):
+        raise RequestError(
+            f"stream_options {stream_options!r} is not supported here",
+            "stream_options",
+            code="unsupported",
+        )
+    passed = {k: extras[k] for k in _TO_CHAT if k in extras}
+    check_extras(extras, _DEFAULTS, known=frozenset(_TO_CHAT))
     messages: list[dict[str, Any]] = []
     if req.instructions:
         messages.append({"role": "system", "content": req.instructions})
@@ -103,6 +157,22 @@ def as_chat(req: ResponsesRequest) -> ChatRequest:
             fn = {k: t[k] for k in ("name", "description", "parameters") if k in t}
             tools.append({"type": "function", "function": fn})
     choice = req.tool_choice if isinstance(req.tool_choice, str) or req.tool_choice is None else "x"
+    try:
+        return _chat_request(req, messages, tools, choice, passed)
+    except ValidationError as e:  # e.g. an empty input, or a passed-on field's bad value
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "input"
+        name = "input" if where.startswith("messages") else where.split(".")[0]
+        raise RequestError(f"field {name!r}: {first['msg']}", name) from e
+
+
+def _chat_request(
+    req: ResponsesRequest,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    choice: str | None,
+    passed: dict[str, Any],
+) -> ChatRequest:
     return ChatRequest(
         model=req.model,
         messages=messages,
@@ -113,6 +183,7 @@ def as_chat(req: ResponsesRequest) -> ChatRequest:
         tool_choice=choice,
         stream=req.stream,
         stream_options={"include_usage": True} if req.stream else None,
+        **passed,
     )
 
 
