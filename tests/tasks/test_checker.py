@@ -92,3 +92,42 @@ def test_checkers_are_read_with_their_records() -> None:
     with pytest.raises(ValueError, match="a checker judges stdin/stdout cases only"):
         Task(id="t", prompt="p", entry_point="f", test="def check(c): pass", checker=CHECK)
     assert Task(id="t", prompt="p", io_cases=(IOCase("1", "1"),), checker=CHECK).checker
+
+
+async def test_outputs_that_break_a_checker_are_the_programs_fault(sandbox: Sandbox) -> None:
+    # found by the adversarial review: each of these ended as infra or an exception
+    # a format check that backtracks for ever on a crafted output: rejected after its time
+    slow = _task(
+        checker="import re\ndef check(input, output, expected):\n"
+        "    return re.fullmatch(r'(\\s*\\d+\\s*)+', output) is not None\n"
+    )
+    r = await score(sandbox, slow, "print('1' * 40 + 'x')\n")
+    assert (r.outcome, r.passed) == ("fail", False) and "took over 5s" in r.detail, r
+    # a testlib-style exit on a wrong output rejects it
+    exits = _task(
+        checker=CHECK.replace(
+            "return a + b == n,",
+            "import sys\n    sys.exit('WA') if a + b != n else None\n    return True,",
+        )
+    )
+    r = await score(sandbox, exits, "n = int(input())\nprint(n, 1)\n")
+    assert r.outcome == "fail" and "SystemExit: WA" in r.detail, r
+    # a checker that echoes the output: the message is capped, not the verdict lost
+    echo = _task(checker="def check(input, output, expected):\n    return False, 'got ' + output\n")
+    r = await score(sandbox, echo, "print('\\U0001F600' * 400)\n")
+    assert r.outcome == "fail" and r.detail.startswith("case 0: got \U0001f600"), r
+
+
+async def test_outputs_too_big_for_one_run_are_judged_in_several(sandbox: Sandbox) -> None:
+    # control characters grow six-fold as JSON: 8 x 1 MiB of them used to make one file
+    # past the sandbox's cap, an exception that ended the whole eval
+    n = 8
+    t = _task(
+        checker="def check(input, output, expected):\n    return output.count(chr(1)) == 1 << 20\n",
+        input_output={"inputs": [f"{i}\n" for i in range(n)], "outputs": ["x\n"] * n},
+        solutions=["import sys\nsys.stdout.write(chr(1) * (1 << 20))\n"],
+    )
+    assert (await score(sandbox, t, t.reference)).passed
+    last_wrong = "import sys\nk = int(input())\nsys.stdout.write(chr(1) * ((1 << 20) - (k == 7)))\n"
+    r = await score(sandbox, t, last_wrong)
+    assert (r.outcome, r.detail) == ("fail", "case 7: the checker rejected the output"), r

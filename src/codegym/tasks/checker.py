@@ -11,12 +11,15 @@ jury's answer. A task's ``checker`` is Python source defining
 
 1. the program runs on each case in a fresh run of its own, as stdin/stdout tests do; the
    first case that does not end normally decides (``timeout``, ``error``, …);
-2. one more run, apart from the program's, runs the checker over every case's output:
+2. one more run, apart from the program's, runs the checker over the cases' outputs (a run
+   per ``CHUNK_BYTES`` of them, each case's input, output and answer a file of its own):
    the program never reaches it, and sees nothing of it but its own outputs going in;
-3. a ``check`` that returns false, or raises on an output (an output it cannot read), fails
-   that case; a checker that cannot run at all (a syntax error, no ``check``, past its
-   limits) is the task's fault, ``infra``, never the program's. A checker that blames right
-   outputs is found by ground truth, which runs the reference through it (``verify``).
+3. a ``check`` that returns false, raises or exits on an output (one it cannot read), or
+   takes over ``PER_CASE_S`` on it, rejects that case: ``fail``, with its message;
+4. a checker run that fails as a whole is run again on the expected answers: if it runs
+   there, the program's outputs broke it (``fail``); if not, the checker itself is broken,
+   the task's fault (``infra``), never the program's. A checker that blames right outputs
+   is found by ground truth, which runs the reference through it (``verify``).
 """
 
 from __future__ import annotations
@@ -28,27 +31,50 @@ from codegym.sandbox import ExecResult, Limits, Verdict
 from codegym.sandbox.api import SandboxAPI
 from codegym.tasks.task import Task
 
-CHECKER_LIMITS: Final = Limits(cpu_s=20.0, wall_s=60.0, memory_mb=1024, output_bytes=1 << 20)
+CHECKER_LIMITS: Final = Limits(cpu_s=30.0, wall_s=90.0, memory_mb=1024, output_bytes=1 << 16)
+PER_CASE_S: Final = 5.0
+"""Wall clock ``check`` has for one output: past it, the output is rejected."""
+CHUNK_BYTES: Final = 8 << 20
+"""Inputs, outputs and answers one checker run takes (a run's files and requests are
+capped, a service's request bodies too)."""
 
-# Runs in the checker's own run: the cases (input, output, expected) come in a file, the
-# verdicts go out as the last line of stdout (what check() prints is kept apart).
-_HARNESS: Final = """\
-import io, json, sys
+# Runs in the checker's own run: each case's input, output and expected answer come as
+# files of their own (no escaping to inflate them); the first rejected case, or "ok", goes
+# out as the last line of stdout (what check() prints is kept apart).
+_HARNESS: Final = f"""\
+import io, json, signal, sys
+class _Slow(Exception):
+    pass
+def _alarm(*_):
+    raise _Slow
+signal.signal(signal.SIGALRM, _alarm)
 _out = sys.stdout
 sys.stdout = io.StringIO()
-_ns = {"__name__": "checker"}
+_ns = {{"__name__": "checker"}}
 exec(compile(open("checker.py").read(), "checker.py", "exec"), _ns)
 _check = _ns["check"]
-_verdicts = []
-for _inp, _got, _exp in json.load(open("cases.json")):
+def _read(name):
+    with open(name, encoding="utf-8", errors="replace") as f:
+        return f.read()
+_verdict = "ok"
+for _i in range(int(_read("n"))):
+    _args = [_read(f"c/{{_i}}.{{k}}") for k in ("in", "out", "exp")]
     try:
-        _r = _check(_inp, _got, _exp)
-        _ok, _why = _r if isinstance(_r, tuple) else (_r, "")
-        _verdicts.append([_ok is True or _ok == 1, str(_why)[:300]])
-    except Exception as _e:
-        _why = f"the checker cannot read the output: {type(_e).__name__}: {_e}"
-        _verdicts.append([False, _why[:300]])
-_out.write("\\n" + json.dumps(_verdicts) + "\\n")
+        signal.setitimer(signal.ITIMER_REAL, {PER_CASE_S!r})
+        try:
+            _r = _check(*_args)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        _ok, _why = _r if isinstance(_r, tuple) and len(_r) == 2 else (_r, "")
+        if not (_ok is True or _ok == 1):
+            _verdict = [_i, str(_why)[:300] or "the checker rejected the output"]
+    except _Slow:
+        _verdict = [_i, "the checker took over {PER_CASE_S:g}s on this output"]
+    except (Exception, SystemExit) as _e:  # a testlib-style exit rejects, as any raise
+        _verdict = [_i, f"the checker cannot read the output: {{type(_e).__name__}}: {{_e}}"[:300]]
+    if _verdict != "ok":
+        break
+_out.write("\\n" + json.dumps(_verdict) + "\\n")
 _out.flush()
 """
 
@@ -66,31 +92,48 @@ async def score_with_checker(
         if r.verdict is not Verdict.OK:
             return False, _outcome(r), f"case {i}: {r.reason}"[:500], cpu, wall
         outputs.append(r.stdout)
-    cases = [[c.stdin, out, c.expected] for c, out in zip(task.io_cases, outputs, strict=True)]
-    ran = await sandbox.run_python(
-        _HARNESS,
-        files={"checker.py": task.checker, "cases.json": json.dumps(cases)},
-        limits=CHECKER_LIMITS,
-    )
-    verdicts = _verdicts(ran, len(cases))
-    if isinstance(verdicts, str):
-        return False, "infra", f"the task's checker failed: {verdicts}", cpu, wall
-    for i, (ok, why) in enumerate(verdicts):
-        if not ok:
-            return False, "fail", f"case {i}: {why or 'the checker rejected the output'}", cpu, wall
+    cases = [(c.stdin, out, c.expected) for c, out in zip(task.io_cases, outputs, strict=True)]
+    for first, chunk in _chunks(cases):
+        verdict = await _judge(sandbox, task.checker, chunk)
+        if isinstance(verdict, str):
+            # it could not run on these outputs: on the expected answers it can, or the
+            # checker itself is broken (ours); a program whose output broke it, failed
+            ok_on_answers = await _judge(sandbox, task.checker, [(i, e, e) for i, _, e in chunk])
+            if isinstance(ok_on_answers, str):
+                why = f"the task's checker failed: {verdict}"
+                return False, "infra", why, cpu, wall
+            why = f"cases {first}-{first + len(chunk) - 1}: the checker failed on them: {verdict}"
+            return False, "fail", why[:500], cpu, wall
+        if verdict is not None:
+            index, why = verdict
+            return False, "fail", f"case {first + index}: {why}", cpu, wall
     return True, "pass", "", cpu, wall
 
 
-def _outcome(r: ExecResult) -> str:
-    if r.verdict is Verdict.OK:
-        return "pass"
-    if r.verdict is Verdict.INFRA:
-        return "infra"
-    return r.verdict.value
+def _chunks(cases: list[tuple[str, str, str]]) -> list[tuple[int, list[tuple[str, str, str]]]]:
+    """The cases in runs of at most ``CHUNK_BYTES`` (one case at least), with the first's
+    index."""
+    out: list[tuple[int, list[tuple[str, str, str]]]] = []
+    size = CHUNK_BYTES
+    for i, case in enumerate(cases):
+        n = sum(len(x.encode("utf-8", "replace")) for x in case)
+        if size + n > CHUNK_BYTES:
+            out.append((i, []))
+            size = 0
+        out[-1][1].append(case)
+        size += n
+    return out
 
 
-def _verdicts(ran: ExecResult, n: int) -> list[tuple[bool, str]] | str:
-    """The checker run's verdicts, or why there are none."""
+async def _judge(
+    sandbox: SandboxAPI, checker: str, cases: list[tuple[str, str, str]]
+) -> tuple[int, str] | str | None:
+    """The first case the checker rejects (index, why), None when it takes them all, or
+    why it could not run."""
+    files = {"checker.py": checker, "n": str(len(cases))}
+    for i, (inp, out, exp) in enumerate(cases):
+        files |= {f"c/{i}.in": inp, f"c/{i}.out": out, f"c/{i}.exp": exp}
+    ran = await sandbox.run_python(_HARNESS, files=files, limits=CHECKER_LIMITS)
     if ran.verdict is not Verdict.OK:
         err = ran.stderr.strip().splitlines()
         return f"{ran.verdict.value}: {err[-1] if err else ran.reason}"[:500]
@@ -98,10 +141,20 @@ def _verdicts(ran: ExecResult, n: int) -> list[tuple[bool, str]] | str:
     try:
         got = json.loads(lines[-1])
     except (IndexError, json.JSONDecodeError):
-        return "it wrote no verdicts"
-    if not isinstance(got, list) or len(got) != n:
-        return f"it gave {len(got) if isinstance(got, list) else 'no'} verdicts for {n} cases"
-    try:
-        return [(bool(ok), str(why)) for ok, why in got]
-    except (TypeError, ValueError):
-        return "its verdicts are malformed"
+        return "it wrote no verdict"
+    if got == "ok":
+        return None
+    if (
+        isinstance(got, list)
+        and len(got) == 2
+        and isinstance(got[0], int)
+        and 0 <= got[0] < len(cases)
+    ):
+        return got[0], str(got[1])
+    return "its verdict is malformed"
+
+
+def _outcome(r: ExecResult) -> str:
+    if r.verdict is Verdict.INFRA:
+        return "infra"
+    return r.verdict.value
