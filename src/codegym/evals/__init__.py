@@ -8,22 +8,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from codegym._lazy import lazy_exports
+from codegym._lazy import lazy_package
 
-if TYPE_CHECKING:
-    from codegym.evals.compare import (
-        CompareOptions,
-        CompareResult,
-        CostDelta,
-        compare,
-        compare_runs,
-        compare_suites,
-    )
-    from codegym.evals.passk import pass_at_k, summarize, wilson_interval
-    from codegym.evals.power import PowerPlan, plan, predicted_power, variance_components
-    from codegym.evals.runs import Run, RunError, load_run
-    from codegym.evals.sequential import SequentialMonitor, confidence_sequence, simulate_savings
-    from codegym.evals.stats import Estimate, estimate, mean_se, proportion_interval, task_intervals
+if TYPE_CHECKING:  # what type checkers see; held to _LAZY by tests/test_exported_members.py
+    from codegym.evals.compare import CompareOptions as CompareOptions
+    from codegym.evals.compare import CompareResult as CompareResult
+    from codegym.evals.compare import CostDelta as CostDelta
+    from codegym.evals.compare import compare as compare
+    from codegym.evals.compare import compare_runs as compare_runs
+    from codegym.evals.compare import compare_suites as compare_suites
+    from codegym.evals.passk import pass_at_k as pass_at_k
+    from codegym.evals.passk import summarize as summarize
+    from codegym.evals.passk import wilson_interval as wilson_interval
+    from codegym.evals.power import PowerPlan as PowerPlan
+    from codegym.evals.power import plan as plan
+    from codegym.evals.power import predicted_power as predicted_power
+    from codegym.evals.power import variance_components as variance_components
+    from codegym.evals.runs import Run as Run
+    from codegym.evals.runs import RunError as RunError
+    from codegym.evals.runs import load_run as load_run
+    from codegym.evals.sequential import SequentialMonitor as SequentialMonitor
+    from codegym.evals.sequential import confidence_sequence as confidence_sequence
+    from codegym.evals.sequential import simulate_savings as simulate_savings
+    from codegym.evals.stats import Estimate as Estimate
+    from codegym.evals.stats import estimate as estimate
+    from codegym.evals.stats import mean_se as mean_se
+    from codegym.evals.stats import proportion_interval as proportion_interval
+    from codegym.evals.stats import task_intervals as task_intervals
 
 _LAZY = {
     "CompareOptions": "codegym.evals.compare",
@@ -52,32 +63,4 @@ _LAZY = {
     "wilson_interval": "codegym.evals.passk",
 }
 
-
-__getattr__ = lazy_exports(__name__, _LAZY)
-
-__all__ = [
-    "CompareOptions",
-    "CompareResult",
-    "CostDelta",
-    "Estimate",
-    "PowerPlan",
-    "Run",
-    "RunError",
-    "SequentialMonitor",
-    "compare",
-    "compare_runs",
-    "compare_suites",
-    "confidence_sequence",
-    "estimate",
-    "load_run",
-    "mean_se",
-    "pass_at_k",
-    "plan",
-    "predicted_power",
-    "proportion_interval",
-    "simulate_savings",
-    "summarize",
-    "task_intervals",
-    "variance_components",
-    "wilson_interval",
-]
+__getattr__, __dir__, __all__ = lazy_package(__name__, _LAZY)

@@ -10,37 +10,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from codegym._lazy import lazy_exports
+from codegym._lazy import lazy_package
 
-if TYPE_CHECKING:
-    from codegym.service._pool import Batching, ServiceRetry
-    from codegym.service.app import ServiceConfig, create_app
-    from codegym.service.client import RemoteSandbox, RemoteSession, RemoteWorkspace
-    from codegym.service.server import running, serve
+if TYPE_CHECKING:  # what type checkers see; held to _LAZY by tests/test_exported_members.py
+    from codegym.service._pool import Batching as Batching
+    from codegym.service._pool import ServiceRetry as ServiceRetry
+    from codegym.service._state import ServiceConfig as ServiceConfig
+    from codegym.service.app import create_app as create_app
+    from codegym.service.client import RemoteSandbox as RemoteSandbox
+    from codegym.service.client import RemoteSession as RemoteSession
+    from codegym.service.client import RemoteWorkspace as RemoteWorkspace
+    from codegym.service.server import running as running
+    from codegym.service.server import serve as serve
 
 _LAZY = {
     "Batching": "codegym.service._pool",
-    "ServiceConfig": "codegym.service.app",
-    "create_app": "codegym.service.app",
     "RemoteSandbox": "codegym.service.client",
     "RemoteSession": "codegym.service.client",
     "RemoteWorkspace": "codegym.service.client",
+    "ServiceConfig": "codegym.service._state",
     "ServiceRetry": "codegym.service._pool",
+    "create_app": "codegym.service.app",
     "running": "codegym.service.server",
     "serve": "codegym.service.server",
 }
 
-
-__getattr__ = lazy_exports(__name__, _LAZY)
-
-__all__ = [
-    "Batching",
-    "RemoteSandbox",
-    "RemoteSession",
-    "RemoteWorkspace",
-    "ServiceConfig",
-    "ServiceRetry",
-    "create_app",
-    "running",
-    "serve",
-]
+__getattr__, __dir__, __all__ = lazy_package(__name__, _LAZY)

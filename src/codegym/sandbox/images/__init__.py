@@ -10,37 +10,27 @@ The names load on first use: a pool that runs no image pays for none of the buil
 
 from typing import TYPE_CHECKING
 
-from codegym._lazy import lazy_exports
+from codegym._lazy import lazy_package
 
-if TYPE_CHECKING:
-    from codegym.sandbox.images.build import build_image
-    from codegym.sandbox.images.errors import (
-        ImageBuildError,
-        ImageError,
-        ImageNotFound,
-        ImageSpecError,
-    )
-    from codegym.sandbox.images.spec import ImageSpec
-    from codegym.sandbox.images.store import Image, ImageStore
+if TYPE_CHECKING:  # what type checkers see; held to _LAZY by tests/test_exported_members.py
+    from codegym.sandbox.images.build import build_image as build_image
+    from codegym.sandbox.images.errors import ImageBuildError as ImageBuildError
+    from codegym.sandbox.images.errors import ImageError as ImageError
+    from codegym.sandbox.images.errors import ImageNotFound as ImageNotFound
+    from codegym.sandbox.images.errors import ImageSpecError as ImageSpecError
+    from codegym.sandbox.images.spec import ImageSpec as ImageSpec
+    from codegym.sandbox.images.store import Image as Image
+    from codegym.sandbox.images.store import ImageStore as ImageStore
 
-_WHERE = {
-    "build_image": "codegym.sandbox.images.build",
+_LAZY = {
+    "Image": "codegym.sandbox.images.store",
     "ImageBuildError": "codegym.sandbox.images.errors",
     "ImageError": "codegym.sandbox.images.errors",
     "ImageNotFound": "codegym.sandbox.images.errors",
-    "ImageSpecError": "codegym.sandbox.images.errors",
     "ImageSpec": "codegym.sandbox.images.spec",
-    "Image": "codegym.sandbox.images.store",
+    "ImageSpecError": "codegym.sandbox.images.errors",
     "ImageStore": "codegym.sandbox.images.store",
+    "build_image": "codegym.sandbox.images.build",
 }
-__all__ = [
-    "Image",
-    "ImageBuildError",
-    "ImageError",
-    "ImageNotFound",
-    "ImageSpec",
-    "ImageSpecError",
-    "ImageStore",
-    "build_image",
-]
-__getattr__ = lazy_exports(__name__, _WHERE)
+
+__getattr__, __dir__, __all__ = lazy_package(__name__, _LAZY)
