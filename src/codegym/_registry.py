@@ -35,6 +35,10 @@ class UnknownName(CodegymError, ValueError):
     """A name no plug-in is registered under; the message lists the registered ones."""
 
 
+class RegistrationError(CodegymError, ValueError):
+    """A registration refused: an empty or malformed name, or one taken by another target."""
+
+
 ENTRY_POINT_GROUP = "codegym.plugins"
 """The entry-point group an installed package names its plug-in modules in."""
 PLUGINS_ENV = "CODEGYM_PLUGINS"
@@ -149,13 +153,13 @@ class Registry(Generic[T]):
         """Register ``target`` (an object, or ``"module:attr"`` to import on first use).
 
         Raises:
-            ValueError: ``name`` is taken by another target.
+            RegistrationError: ``name`` is empty or taken by another target.
         """
         if not name or not isinstance(name, str):
-            raise ValueError(f"a {self.kind} needs a non-empty name, not {name!r}")
+            raise RegistrationError(f"a {self.kind} needs a non-empty name, not {name!r}")
         old = self._targets.get(name)
         if old is not None and old != target and self._loaded.get(name) is not target:
-            raise ValueError(f"{self.kind} {name!r} is registered already ({old!r})")
+            raise RegistrationError(f"{self.kind} {name!r} is registered already ({old!r})")
         self._targets[name] = target
 
     def plugin(self, name: str) -> Callable[[T], T]:

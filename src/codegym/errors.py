@@ -5,18 +5,27 @@ still tell them apart by their own types.
 One type per boundary, each keeping the builtin base its callers already catch::
 
     CodegymError
+    ├── UnknownName, RegistrationError, PluginError (_registry)
     ├── SandboxError (sandbox.errors)        ← SandboxInputError, WorkspaceError,
     │                                          SandboxInfraError, HostUnsupported,
     │                                          SandboxClosed, ImageError, ...
     ├── StoreError (store.errors)
-    ├── DatasetError, RecordError (tasks)
-    ├── PolicyError (policies.errors)
+    ├── DatasetError, RecordError, TaskError (tasks)
+    ├── PolicyError (policies.errors)        ← PolicyConfigError (a bad parameter)
+    ├── ModelConfigError (models.errors)
     ├── EnvError, EnvInfraError (envs.env)
     ├── RolloutError, RolloutAborted (rollout.config), EpisodeFailure (rollout.executor)
     ├── RunError, PricesError (evals)
     ├── ConfigError, CheckpointError, WeightsPushError (train)
     ├── TracingConfigError, TrackingError, MetricsServerError (telemetry)
+    │                                        ← MetricsPortError
+    ├── ServiceConfigError, SessionLimit, UnknownSession, Overloaded, ... (service)
     └── RequestError (serving.engine)
+
+A check of what a caller passed (an option, a config, a record, a parameter) raises the
+boundary's type, which keeps the builtin base such checks used to raise (``ValueError``
+mostly), so ``except ValueError`` still catches it. Checks of codegym's own invariants
+(a bug if they fail) stay plain builtins.
 
 ``exit_code`` is what ``codegym`` exits with when the error reaches the command line
 (``cli.app.main`` prints the message, which names the input and the fix, without a

@@ -409,7 +409,11 @@ async def test_orphan_daemon_outliving_the_run(sb: Sandbox) -> None:
 async def test_orphan_shell_background_job(sb: Sandbox) -> None:
     snap = _snapshot(sb)
     marker = f"{time.time_ns() % 10**9}.5"  # sleep's argument doubles as a marker
-    cmd = f"setsid nohup sleep {marker} >/dev/null 2>&1 & sleep 0.2; echo started"
+    # The job reports back once it runs (a file it writes before it becomes the sleeper),
+    # and the shell waits for that, so it is certainly alive when the program exits; a job
+    # that never starts runs the shell into its wall limit and fails the test.
+    job = f"setsid nohup sh -c 'touch job-started; exec sleep {marker}' >/dev/null 2>&1 &"
+    cmd = f"{job} while [ ! -e job-started ]; do sleep 0.01; done; echo started"
     r = await sb.run(cmd, limits=LIMITS)
     assert (r.verdict, r.stdout) == (Verdict.OK, "started\n"), (r.reason, r.stderr[-500:])
     await _aftermath(sb, snap, marker=f"sleep {marker}")

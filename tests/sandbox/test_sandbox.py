@@ -24,7 +24,8 @@ SMALL = Limits(cpu_s=1, wall_s=3, memory_mb=128)
 
 def test_public_surface_is_pinned() -> None:
     assert sorted(sandbox_pkg.__all__) == [
-        "AssertTest", "ExecResult", "FileTooLarge", "HostUnsupported", "IOTest", "Limits",
+        "AssertTest", "Compare", "ExecResult", "FileTooLarge", "HostUnsupported", "IOTest",
+        "Limits",
         "Sandbox", "SandboxAPI", "SandboxClosed", "SandboxError", "SandboxInfraError",
         "SandboxInputError",
         "Session", "TestCase", "TestResult", "Verdict", "WorkspaceError",

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
-from service_support import TOKEN, Serve, Service
+from service_support import HELD, TOKEN, Hold, Serve, Service
 
-from codegym.sandbox import SandboxClosed, SandboxInputError
+from codegym.sandbox import Limits, SandboxClosed, SandboxInputError
 from codegym.service import Batching, RemoteSandbox, ServiceConfig, create_app, running
 from codegym.testing import await_until
 
@@ -29,19 +29,26 @@ def _batch_runs_total() -> float:
 
 
 async def test_a_batch_answers_each_run_on_its_own_line_as_it_ends(svc: Service) -> None:
-    runs = [
-        {"key": "slow", "run": {"code": "import time; time.sleep(0.5); print('late')"}},
-        {"key": "a", "run": {"code": "print(6 * 7)"}},
-        {"key": "b", "run": {"command": "echo no; exit 3", "limits": FAST}},
-        {"key": "c", "run": {"code": "1", "command": "true"}},  # both: the caller's mistake
-    ]
-    r = await svc.http.post("/v1/batch", json={"runs": runs})
-    assert r.status_code == 200 and r.headers["content-type"] == "application/jsonl", r.text
-    capacity = {k: r.headers[k] for k in ("x-codegym-workers", "x-codegym-admits")}
+    with Hold() as hold:  # the slow run ends once the other three lines came, not before
+        runs = [
+            {"key": "slow", "run": {"command": f"{hold.command}; echo late", "limits": HELD}},
+            {"key": "a", "run": {"code": "print(6 * 7)"}},
+            {"key": "b", "run": {"command": "echo no; exit 3", "limits": FAST}},
+            {"key": "c", "run": {"code": "1", "command": "true"}},  # both: the caller's mistake
+        ]
+        lines: list[dict[str, Any]] = []
+        async with svc.http.stream("POST", "/v1/batch", json={"runs": runs}) as r:
+            assert r.status_code == 200, await r.aread()
+            assert r.headers["content-type"] == "application/jsonl"
+            capacity = {k: r.headers[k] for k in ("x-codegym-workers", "x-codegym-admits")}
+            async for line in r.aiter_lines():
+                lines += _lines(line)
+                if len(lines) == 3:  # answered while the slow one still runs
+                    assert 0 not in {line["index"] for line in lines}, lines
+                    await hold.release()
     assert capacity == {"x-codegym-workers": "2", "x-codegym-admits": "10"}  # 2 + 4 × 2
     alone = await svc.http.post("/v1/run", json={"code": "print(1)"})
     assert alone.headers["x-codegym-workers"] == "2"
-    lines = _lines(r.text)
     by_index = {line["index"]: line for line in lines}
     assert sorted(by_index) == [0, 1, 2, 3] and len(lines) == 4
     assert lines[-1]["index"] == 0  # in the order the runs end: the slow one last
@@ -65,12 +72,17 @@ async def test_a_run_of_a_batch_and_its_lone_retry_run_once(svc: Service) -> Non
 
 async def test_a_full_queue_refuses_runs_of_a_batch_not_the_batch(serve: Serve) -> None:
     async with serve(workers=1, queue=0) as svc:
-        slow = {"code": "import time; time.sleep(0.3)", "limits": FAST}
-        runs = [{"key": f"q{i}", "run": slow} for i in range(3)]
-        r = await svc.http.post("/v1/batch", json={"runs": runs})
-        assert r.status_code == 200
-        lines = _lines(r.text)
-        assert sorted(line["status"] for line in lines) == [200, 429, 429]
+        with Hold() as hold:  # the admitted run holds its slot until the refusals came
+            slow = {"command": hold.command, "limits": HELD}
+            runs = [{"key": f"q{i}", "run": slow} for i in range(3)]
+            lines: list[dict[str, Any]] = []
+            async with svc.http.stream("POST", "/v1/batch", json={"runs": runs}) as r:
+                assert r.status_code == 200
+                async for line in r.aiter_lines():
+                    lines += _lines(line)
+                    if len(lines) == 2:  # answered while the admitted one still runs
+                        await hold.release()
+        assert [line["status"] for line in lines] == [429, 429, 200], lines
         assert all(line["retry_after"] >= 1 for line in lines if line["status"] == 429)
 
 
@@ -120,17 +132,20 @@ async def test_waiting_calls_leave_after_wait_s_even_while_the_pool_is_busy(
     policy = Batching(per_worker=1, wait_s=0.05)
     async with RemoteSandbox(svc.url, token=TOKEN, batching=policy) as sb:
         assert (await sb.run_python("print(0)")).ok  # learn the capacity: 2 workers
-        slow = [sb.run_python("import time; time.sleep(1.5); print('slow')") for _ in range(2)]
-        busy = asyncio.gather(*slow)
-        # one run per worker on the wire: the next calls wait
-        await await_until(lambda: sb._instances[0].in_flight == 2, timeout=30, what="2 on wire")
-        quick = asyncio.gather(*(sb.run_python(f"print({i})") for i in range(3)))
-        assert sb.batcher is not None
-        batcher = sb.batcher
-        await await_until(lambda: batcher.batched_runs == 3, timeout=30, what="3 batched")
-        assert not busy.done()  # sent by the timer, not by a lone call ending
-        assert [r.stdout for r in await quick] == ["0\n", "1\n", "2\n"]
-        assert [r.stdout for r in await busy] == ["slow\n", "slow\n"]
+        with Hold() as hold:  # the lone calls run until released
+            held = Limits(**HELD)
+            slow = [sb.run(f"{hold.command}; echo slow", limits=held) for _ in range(2)]
+            busy = asyncio.gather(*slow)
+            # one run per worker on the wire: the next calls wait
+            await await_until(lambda: sb._instances[0].in_flight == 2, timeout=30, what="2 on wire")
+            quick = asyncio.gather(*(sb.run_python(f"print({i})") for i in range(3)))
+            assert sb.batcher is not None
+            batcher = sb.batcher
+            await await_until(lambda: batcher.batched_runs == 3, timeout=30, what="3 batched")
+            assert not busy.done()  # sent by the timer, not by a lone call ending
+            await hold.release(2)
+            assert [r.stdout for r in await quick] == ["0\n", "1\n", "2\n"]
+            assert [r.stdout for r in await busy] == ["slow\n", "slow\n"]
 
 
 async def test_a_caller_s_bad_input_in_a_batch_raises_for_that_caller_only(
@@ -158,17 +173,21 @@ async def test_a_service_without_batches_gets_every_call_alone() -> None:
 async def test_closing_the_client_fails_the_calls_still_waiting(svc: Service) -> None:
     sb = RemoteSandbox(svc.url, token=TOKEN, batching=Batching(per_worker=1, wait_s=60))
     assert (await sb.run_python("print(0)")).ok
-    lone = [asyncio.create_task(sb.run_python("import time; time.sleep(1)")) for _ in range(2)]
-    await await_until(lambda: sb._instances[0].in_flight == 2, timeout=30, what="2 on the wire")
-    waiting = asyncio.create_task(sb.run_python("print(2)"))
-    assert sb.batcher is not None
-    batcher = sb.batcher
-    await await_until(lambda: len(batcher._waiting) == 1, timeout=30, what="a call waiting")
-    await sb.close()
-    with pytest.raises(SandboxClosed):
-        await waiting
-    for task in lone:
-        task.cancel()
+    with Hold() as hold:  # the lone calls hold both workers until the end
+        held = Limits(**HELD)
+        lone = [asyncio.create_task(sb.run(hold.command, limits=held)) for _ in range(2)]
+        await await_until(lambda: sb._instances[0].in_flight == 2, timeout=30, what="2 on wire")
+        # both run (so leaving the hold ends them, not their wall limit)
+        await await_until(lambda: len(hold.pids()) == 2, timeout=30, what="both holding")
+        waiting = asyncio.create_task(sb.run_python("print(2)"))
+        assert sb.batcher is not None
+        batcher = sb.batcher
+        await await_until(lambda: len(batcher._waiting) == 1, timeout=30, what="a call waiting")
+        await sb.close()
+        with pytest.raises(SandboxClosed):
+            await waiting
+        for task in lone:
+            task.cancel()
 
 
 def test_a_bad_batching_policy_names_the_fix() -> None:

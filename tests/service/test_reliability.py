@@ -70,8 +70,7 @@ async def test_failover_when_one_of_two_instances_dies_mid_eval() -> None:
                     return i, r.stdout, r.verdict
 
             async def killer() -> int:
-                while done < n // 4:
-                    await asyncio.sleep(0.01)
+                await await_until(lambda: done >= n // 4, timeout=60, what=f"{n // 4} scored")
                 a.proc.kill()
                 return done
 

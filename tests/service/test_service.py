@@ -8,7 +8,7 @@ import time
 
 import httpx
 import pytest
-from service_support import TOKEN, Serve, Service
+from service_support import HELD, TOKEN, Hold, Serve, Service
 from typer.testing import CliRunner
 
 from codegym.sandbox import (
@@ -24,6 +24,30 @@ from codegym.service import RemoteSandbox, ServiceConfig
 from codegym.testing import await_until
 
 FAST = {"cpu_s": 1, "wall_s": 3}
+
+ROUTES = {
+    ("/healthz", "get"),
+    ("/readyz", "get"),
+    ("/metrics", "get"),
+    ("/v1/run", "post"),
+    ("/v1/tests", "post"),
+    ("/v1/batch", "post"),
+    ("/v1/sessions", "post"),
+    ("/v1/sessions/{sid}", "delete"),
+    ("/v1/sessions/{sid}/exec", "post"),
+    ("/v1/sessions/{sid}/files/{path}", "get"),
+    ("/v1/sessions/{sid}/files/{path}", "put"),
+    ("/v1/images", "get"),
+    ("/v1/workspaces", "post"),
+    ("/v1/workspaces/fork", "post"),
+    ("/v1/workspaces/{wid}", "delete"),
+    ("/v1/workspaces/{wid}/exec", "post"),
+    ("/v1/workspaces/{wid}/files/{path}", "get"),
+    ("/v1/workspaces/{wid}/files/{path}", "put"),
+    ("/v1/workspaces/{wid}/diff", "get"),
+    ("/v1/workspaces/{wid}/freeze", "post"),
+}
+"""Every (path, method) the service answers: a route moved, renamed or dropped fails."""
 
 
 # ---------------------------------------------------------------- happy paths
@@ -250,17 +274,21 @@ async def test_bad_input_gets_400_naming_it(svc: Service) -> None:
 
 async def test_full_queue_answers_429_with_retry_after(serve: Serve) -> None:
     async with serve(workers=1, queue=1) as svc:
-        slow = {"code": "import time; time.sleep(1)", "limits": {"cpu_s": 1, "wall_s": 3}}
-        running = [asyncio.create_task(svc.http.post("/v1/run", json=slow)) for _ in range(2)]
+        with Hold() as hold:  # the slow runs last until released, however busy the host
+            slow = {"command": f"{hold.command}; echo slow", "limits": HELD}
+            running = [asyncio.create_task(svc.http.post("/v1/run", json=slow)) for _ in (1, 2)]
 
-        async def queue_full() -> bool:  # one runs, one waits
-            return "codegym_service_queue_depth 1.0" in (await svc.http.get("/metrics")).text
+            async def queue_full() -> bool:  # one runs, one waits
+                return "codegym_service_queue_depth 1.0" in (await svc.http.get("/metrics")).text
 
-        await await_until(queue_full, timeout=30, what="one run waiting in the queue")
-        r = await svc.http.post("/v1/run", json={"code": "print(1)"})
-        assert r.status_code == 429, r.text
-        assert int(r.headers["retry-after"]) >= 1
-        assert [t.status_code for t in await asyncio.gather(*running)] == [200, 200]
+            await await_until(queue_full, timeout=30, what="one run waiting in the queue")
+            r = await svc.http.post("/v1/run", json={"code": "print(1)"})
+            assert r.status_code == 429, r.text
+            assert int(r.headers["retry-after"]) >= 1
+            await hold.release()  # the running one; then the one that waited runs
+            await hold.release()
+            done = await asyncio.gather(*running)
+        assert [(t.status_code, t.json()["stdout"]) for t in done] == [(200, "slow\n")] * 2
         metrics = (await svc.http.get("/metrics")).text
         assert 'codegym_service_rejected_total{reason="overloaded"}' in metrics
         assert (await svc.http.post("/v1/run", json={"code": "print(1)"})).status_code == 200
@@ -280,14 +308,23 @@ async def test_client_honours_429_and_finishes_every_call(serve: Serve) -> None:
 
 async def test_same_idempotency_key_runs_once(svc: Service) -> None:
     sid = (await svc.http.post("/v1/sessions", json={})).json()["id"]
-    append = {"command": "sleep 0.3; echo run >> log; wc -l < log", "limits": FAST}
     url = f"/v1/sessions/{sid}/exec"
-    first, second = await asyncio.gather(  # the second arrives while the first still runs
-        svc.http.post(url, json=append, headers={"Idempotency-Key": "k1"}),
-        svc.http.post(url, json=append, headers={"Idempotency-Key": "k1"}),
-    )
-    third = await svc.http.post(url, json=append, headers={"Idempotency-Key": "k1"})
-    assert first.json()["stdout"] == second.json()["stdout"] == third.json()["stdout"] == "1\n"
+    k1 = {"Idempotency-Key": "k1"}
+    store = svc.app.state.service.idempotency
+    with Hold() as hold:
+        held = {"command": f"echo run >> log; {hold.command}; wc -l < log", "limits": HELD}
+        first = asyncio.create_task(svc.http.post(url, json=held, headers=k1))
+        await await_until(hold.pids, timeout=30, what="the first request's run started")
+        second = asyncio.create_task(svc.http.post(url, json=held, headers=k1))
+        # the second arrives while the first still runs (held), and joins it
+        await await_until(lambda: store.replays == 1, timeout=30, what="the second joined")
+        assert not first.done()
+        await hold.release()
+        first_r, second_r = await asyncio.gather(first, second)
+    third = await svc.http.post(url, json=held, headers=k1)
+    assert first_r.json()["stdout"] == second_r.json()["stdout"] == "1\n", second_r.text
+    assert third.json()["stdout"] == "1\n"  # and after it ended: the answer, not a run
+    append = {"command": "echo run >> log; wc -l < log", "limits": FAST}
     fresh = await svc.http.post(url, json=append, headers={"Idempotency-Key": "k2"})
     assert fresh.json()["stdout"] == "2\n"  # a new key runs again
     other = await svc.http.post(url, json={"command": "true"}, headers={"Idempotency-Key": "k1"})
@@ -346,7 +383,8 @@ async def test_health_readiness_metrics_and_openapi(svc: Service) -> None:
         assert "codegym_service_in_flight" in text
         assert "python_gc_objects_collected_total" in text  # the default registry is exported
         spec = (await anon.get("/openapi.json")).json()
-        assert {"/v1/run", "/v1/tests", "/v1/sessions/{sid}/exec"} <= set(spec["paths"])
+        routes = {(path, method) for path, ops in spec["paths"].items() for method in ops}
+        assert routes == ROUTES, (sorted(routes - ROUTES), sorted(ROUTES - routes))
         scheme = spec["components"]["securitySchemes"]["bearer"]
         assert scheme["type"] == "http" and scheme["scheme"] == "bearer"
         for path, operations in spec["paths"].items():

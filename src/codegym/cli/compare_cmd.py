@@ -65,7 +65,7 @@ def _compare(baseline: Path, candidate: Path, opts: CompareOptions) -> CompareRe
     a, b = _load(baseline), _load(candidate)
     try:
         return compare_runs(a, b, opts)
-    except (RunError, ValueError) as e:
+    except RunError as e:
         fail(str(e))
 
 
@@ -204,7 +204,7 @@ def plan_cmd(
     run = _load(baseline)
     try:
         result = plan(run, delta, alpha=alpha, power=power, correlation=correlation)
-    except (RunError, ValueError) as e:
+    except RunError as e:
         fail(str(e))
     if as_json:
         typer.echo(json.dumps(result.model_dump()))

@@ -155,7 +155,7 @@ def eval_(
             tools=_env_tools(env) if mode == "chat" else None,
             **options,
         )
-    except (DatasetError, ValueError, PolicyError, UnknownName) as e:
+    except (DatasetError, PolicyError, UnknownName) as e:
         fail(str(e))
     if env is None and any(t.repo for t in tasks):
         fail(

@@ -46,7 +46,7 @@ def report(
             title=title,
         )
         html = render_report(runs, baseline, opts)
-    except (RunError, PricesError, ValueError) as e:
+    except (RunError, PricesError) as e:
         fail(str(e))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -183,7 +183,7 @@ def rollout(
             policy_factory = partial(  # the actors share the run's model concurrency
                 policy_factory, concurrency=per_actor(model_concurrency, ray_actors)
             )
-    except (ValueError, PolicyError, RolloutError) as e:
+    except (PolicyError, RolloutError) as e:
         fail(str(e))
     plugins = tuple(load_plugins())  # the Ray actors import them too
     run = _Run(

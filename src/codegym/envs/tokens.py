@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from codegym.envs.env import EnvError
 from codegym.policies.policy import Generation, Message, SamplingParams
 
 
@@ -73,7 +74,7 @@ class ByteTokenizer:
         try:
             return 257 + self.ROLES.index(role)
         except ValueError:
-            raise ValueError(
+            raise EnvError(
                 f"ByteTokenizer: unknown role {role!r}; use one of {self.ROLES}"
             ) from None
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from codegym.envs.env import EnvError
 from codegym.policies.policy import Message
 from codegym.sandbox import Limits
 from codegym.store.keys import content_key
@@ -141,7 +142,7 @@ class Trajectory:
         """Inverse of ``to_record``.
 
         Raises:
-            ValueError: a required field is missing (the message names it).
+            EnvError: a required field is missing (the message names it); a ValueError.
         """
         try:
             return cls(
@@ -172,7 +173,7 @@ class Trajectory:
                 task=dict(rec.get("task", {})),
             )
         except KeyError as e:
-            raise ValueError(f"trajectory record lacks the field {e.args[0]!r}") from e
+            raise EnvError(f"trajectory record lacks the field {e.args[0]!r}") from e
 
 
 def _opt_tuple(v: Any) -> tuple[Any, ...] | None:

@@ -67,18 +67,18 @@ class CompareOptions:
     """Bootstrap seed: the same inputs give the same result."""
 
     def check(self) -> None:
-        """Raises ValueError naming the bad option."""
+        """Raises RunError (a ValueError) naming the bad option."""
         _check_alpha(self.alpha)
         if not (math.isfinite(self.margin) and 0 <= self.margin < 1):
-            raise ValueError(f"margin must be in [0, 1), got {self.margin!r}")
+            raise RunError(f"margin must be in [0, 1), got {self.margin!r}")
         if not (isinstance(self.k, int) and self.k >= 1):
-            raise ValueError(f"k must be a positive integer, got {self.k!r}")
+            raise RunError(f"k must be a positive integer, got {self.k!r}")
         if not 0 < self.power < 1:
-            raise ValueError(f"power must be in (0, 1), got {self.power!r}")
+            raise RunError(f"power must be in (0, 1), got {self.power!r}")
         if not 0 <= self.min_overlap <= 1 or self.min_tasks < 1:
-            raise ValueError("min_overlap must be in [0, 1] and min_tasks >= 1")
+            raise RunError("min_overlap must be in [0, 1] and min_tasks >= 1")
         if self.n_boot < 100:
-            raise ValueError(f"n_boot must be >= 100, got {self.n_boot}")
+            raise RunError(f"n_boot must be >= 100, got {self.n_boot}")
 
 
 class CostDelta(BaseModel):
@@ -129,8 +129,7 @@ def compare(baseline: Run, candidate: Run, options: CompareOptions | None = None
     """Paired comparison of ``candidate`` against ``baseline``.
 
     Raises:
-        ValueError: bad options.
-        RunError: a run with no scored samples, or too small a task overlap.
+        RunError: bad options, a run with no scored samples, or too small a task overlap.
     """
     opts = options or CompareOptions()
     opts.check()
@@ -207,7 +206,7 @@ def compare_suites(
     else ``inconclusive``.
 
     Raises:
-        RunError / ValueError: as :func:`compare`, naming the suite.
+        RunError: as :func:`compare`, naming the suite.
     """
     opts = options or CompareOptions()
     if not pairs:

@@ -108,13 +108,11 @@ def shift_fraction(comp: VarianceComponents, delta: float) -> float:
     """f: the share of failures fixed (delta > 0) or passes broken (delta < 0).
 
     Raises:
-        ValueError: the change is larger than the room the baseline leaves.
+        RunError: the change is larger than the room the baseline leaves.
     """
     room = 1 - comp.mean if delta > 0 else comp.mean
     if room <= 0 or abs(delta) >= room:
-        raise ValueError(
-            f"delta {delta:+.3f} is impossible from a baseline mean of {comp.mean:.3f}"
-        )
+        raise RunError(f"delta {delta:+.3f} is impossible from a baseline mean of {comp.mean:.3f}")
     return abs(delta) / room
 
 
@@ -172,16 +170,16 @@ def plan(
     """Tasks x samples per task needed to detect a change of ``delta`` (absolute rate).
 
     Raises:
-        ValueError: delta, alpha, power or correlation out of range.
+        RunError: delta, alpha, power or correlation out of range.
         RunError: the baseline cannot be planned from (see :func:`variance_components`).
     """
     _check_alpha(alpha)
     if not (math.isfinite(delta) and 0 < abs(delta) < 1):
-        raise ValueError(f"delta must be a non-zero rate change in (-1, 1), got {delta!r}")
+        raise RunError(f"delta must be a non-zero rate change in (-1, 1), got {delta!r}")
     if not 0 < power < 1:
-        raise ValueError(f"power must be in (0, 1), got {power!r}")
+        raise RunError(f"power must be in (0, 1), got {power!r}")
     if not -1 <= correlation <= 1:
-        raise ValueError(f"correlation must be in [-1, 1], got {correlation!r}")
+        raise RunError(f"correlation must be in [-1, 1], got {correlation!r}")
     comp = variance_components(baseline)
     shift_fraction(comp, delta)  # raises on an impossible delta before any work
     warnings: list[str] = []

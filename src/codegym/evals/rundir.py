@@ -31,9 +31,10 @@ def build_summary(
 ) -> dict[str, Any]:
     """The run's ``summary.json``: pass@k with clustered intervals, outcomes, infra, cost,
     and the registered ``metrics`` asked for (``codegym.evals.metrics``)."""
-    # pass@k estimates here, their intervals once, clustered (not a CLT one overwritten)
-    summary = summarize([r.task_id for r in results], results, ks, intervals=False)
-    _clustered_intervals(summary, results)
+    # counts here; pass@k and its clustered interval once, in _pass_at_k (not an estimate
+    # computed here and then overwritten there)
+    summary = summarize([r.task_id for r in results], results, ks=())
+    summary["pass_at_k"] = _pass_at_k(results, ks)
     n = len(results)
     infra = sum(v for k, v in summary["excluded_by_reason"].items() if k != "flaky")
     summary["infra_fraction"] = round(infra / n, 4) if n else 0.0
@@ -65,25 +66,32 @@ def build_summary(
     return summary
 
 
-def _clustered_intervals(summary: dict[str, Any], results: Sequence[SampleResult]) -> None:
-    """The intervals of ``evals.stats.estimate`` (clustered by each task's cluster label,
-    Wilson/exact for a single task), so ``summary.json``, ``compare`` and the report quote
-    one interval for one number."""
+def _pass_at_k(results: Sequence[SampleResult], ks: Sequence[int]) -> dict[str, Any]:
+    """pass@k for each k with the interval of ``evals.stats.estimate`` (clustered by each
+    task's cluster label, Wilson/exact for a single task), so ``summary.json``, ``compare``
+    and the report quote one interval for one number. A k some task has fewer samples
+    for, or a run with nothing scored, is left out (no number without its error bar)."""
     from codegym.evals.runs import Run, RunError
     from codegym.evals.stats import estimate
 
     try:
         run = Run.from_rows((r.row() for r in results), name="summary")
     except RunError:
-        summary["pass_at_k"] = {}  # nothing scored: no estimate, so no pass@k
-        return
-    for k, entry in list(summary["pass_at_k"].items()):
+        return {}  # nothing scored: no estimate, so no pass@k
+    out: dict[str, Any] = {}
+    for k in ks:
         try:
             est = estimate(run, int(k))
-        except RunError:  # no interval for it: not reported without its error bar
-            del summary["pass_at_k"][k]
+        except RunError:  # a task with fewer than k samples: no pass@k
             continue
-        entry.update(estimate=est.mean, ci_low=est.ci_low, ci_high=est.ci_high, method=est.method)
+        out[str(k)] = {
+            "estimate": est.mean,
+            "tasks": run.n_tasks,
+            "ci_low": est.ci_low,
+            "ci_high": est.ci_high,
+            "method": est.method,
+        }
+    return out
 
 
 def record_run(

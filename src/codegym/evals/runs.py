@@ -43,7 +43,8 @@ FloatArray = npt.NDArray[np.float64]
 
 
 class RunError(CodegymError, ValueError):
-    """A run could not be loaded or used: the message names the input and the fix."""
+    """A run could not be loaded or used, or an evaluation was given a bad option (``margin``,
+    ``alpha``, ``k``, ...): the message names the input and the fix."""
 
 
 @dataclass(frozen=True, eq=False)

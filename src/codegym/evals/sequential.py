@@ -34,6 +34,7 @@ from scipy import stats as sps
 from statsmodels.stats.power import TTestPower
 
 from codegym.evals.compare import Verdict
+from codegym.evals.runs import RunError
 from codegym.evals.simulate import draw_counts, shift_rates
 from codegym.evals.stats import _check_alpha
 
@@ -56,16 +57,16 @@ def confidence_sequence(
     ``eb`` (non-asymptotic empirical Bernstein, wider).
 
     Raises:
-        ValueError: values outside [-1, 1], NaN, or bad alpha.
+        RunError: values outside [-1, 1], NaN, or bad alpha.
     """
     _check_alpha(alpha)
     x = np.asarray(d, dtype=np.float64)
     if x.size == 0 or not np.isfinite(x).all() or (np.abs(x) > 1).any():
-        raise ValueError("confidence_sequence needs finite differences in [-1, 1]")
+        raise RunError("confidence_sequence needs finite differences in [-1, 1]")
     if method == "eb":
         return _eb(x, alpha)
     if method != "mixture":
-        raise ValueError(f"method must be 'mixture' or 'eb', got {method!r}")
+        raise RunError(f"method must be 'mixture' or 'eb', got {method!r}")
     t = np.arange(1, x.shape[-1] + 1, dtype=np.float64)
     mean = np.cumsum(x, axis=-1) / t
     # Running variance with a pseudo-observation of variance _PRIOR_VAR: early on, when the
@@ -136,9 +137,9 @@ class SequentialMonitor:
     ) -> None:
         _check_alpha(alpha)
         if not 0 <= margin < 1:
-            raise ValueError(f"margin must be in [0, 1), got {margin!r}")
+            raise RunError(f"margin must be in [0, 1), got {margin!r}")
         if t_star < 1 or min_n < 1:
-            raise ValueError("t_star and min_n must be >= 1")
+            raise RunError("t_star and min_n must be >= 1")
         self.alpha, self.margin, self.t_star, self.min_n = alpha, margin, t_star, min_n
         self.method: Literal["mixture", "eb"] = method
         self._d: list[float] = []
@@ -147,14 +148,14 @@ class SequentialMonitor:
         """Add a batch of per-task differences and return the current state.
 
         Raises:
-            ValueError: an empty history, NaN, or a difference outside [-1, 1].
+            RunError: an empty history, NaN, or a difference outside [-1, 1].
         """
         new = np.atleast_1d(np.asarray(differences, dtype=np.float64))
         if not np.isfinite(new).all() or (np.abs(new) > 1).any():
-            raise ValueError("differences must be finite and in [-1, 1]")
+            raise RunError("differences must be finite and in [-1, 1]")
         self._d.extend(float(v) for v in new)
         if not self._d:
-            raise ValueError("no differences yet")
+            raise RunError("no differences yet")
         low, high = confidence_sequence(np.array(self._d), self.alpha, self.method, self.t_star)
         lo, hi = float(low[-1]), float(high[-1])
         verdict: Verdict = "inconclusive"

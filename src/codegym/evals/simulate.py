@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from codegym.evals.runs import Run
+from codegym.evals.runs import Run, RunError
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -32,17 +32,17 @@ def shift_rates(p: FloatArray, delta: float) -> FloatArray:
     same fraction of its passes (p - f p). Rates stay in [0, 1].
 
     Raises:
-        ValueError: |delta| larger than the room left (mean failures or mean passes).
+        RunError: |delta| larger than the room left (mean failures or mean passes).
     """
     if delta >= 0:
         room = float((1 - p).mean())
         if delta > room:
-            raise ValueError(f"delta {delta} exceeds the mean failure rate {room:.3f}")
+            raise RunError(f"delta {delta} exceeds the mean failure rate {room:.3f}")
         out: FloatArray = p + (delta / room) * (1 - p) if room > 0 else p.copy()
     else:
         room = float(p.mean())
         if -delta > room:
-            raise ValueError(f"delta {delta} exceeds the mean pass rate {room:.3f}")
+            raise RunError(f"delta {delta} exceeds the mean pass rate {room:.3f}")
         out = p + (delta / room) * p
     return out
 

@@ -44,13 +44,13 @@ def mean_se(values: npt.ArrayLike, clusters: Sequence[str] | None = None) -> Mea
     """Mean of ``values`` and its CLT standard error, clustered when labels repeat.
 
     Raises:
-        ValueError: empty input, NaN values, or a cluster list of the wrong length.
+        RunError: empty input, NaN values, or a cluster list of the wrong length.
     """
     x = np.asarray(values, dtype=np.float64)
     if x.ndim != 1 or x.size == 0:
-        raise ValueError("mean_se needs a non-empty 1-D array")
+        raise RunError("mean_se needs a non-empty 1-D array")
     if not np.isfinite(x).all():
-        raise ValueError("mean_se: values contain NaN or inf")
+        raise RunError("mean_se: values contain NaN or inf")
     n = x.size
     m = float(x.mean())
     r = x - m
@@ -59,7 +59,7 @@ def mean_se(values: npt.ArrayLike, clusters: Sequence[str] | None = None) -> Mea
         ss = float(r @ r)
     else:
         if len(clusters) != n:
-            raise ValueError(f"mean_se: {len(clusters)} cluster labels for {n} values")
+            raise RunError(f"mean_se: {len(clusters)} cluster labels for {n} values")
         _, inv = np.unique(np.asarray(clusters), return_inverse=True)
         sums = np.bincount(inv, weights=r)
         g = sums.size
@@ -151,7 +151,7 @@ def task_intervals(
 
 def _check_alpha(alpha: float) -> None:
     if not (isinstance(alpha, int | float) and 0 < alpha < 1):
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+        raise RunError(f"alpha must be in (0, 1), got {alpha!r}")
 
 
 def _excluded_text(run: Run) -> str:

@@ -30,6 +30,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
+from codegym.models.errors import ModelConfigError
 from codegym.tasks.synthetic import FAMILIES, GENERATOR_VERSION, PRETRAIN_SEED_BASE, generate
 
 PRETRAIN_VERSION: Final = "2"
@@ -78,11 +79,13 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.docs_per_cell < 1:
-            raise ValueError(f"{self}: steps, batch_size and docs_per_cell must be >= 1")
+            raise ModelConfigError(f"{self}: steps, batch_size and docs_per_cell must be >= 1")
         if not 0.0 <= self.noise < 1.0:
-            raise ValueError(f"noise={self.noise}: choose a fraction in [0, 1)")
+            raise ModelConfigError(f"noise={self.noise}: choose a fraction in [0, 1)")
         if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+            raise ModelConfigError(
+                f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}"
+            )
 
 
 def corpus(cfg: PretrainConfig) -> list[str]:
@@ -155,7 +158,7 @@ def pretrain(cfg: PretrainConfig, out: Path, log_every: int = 50) -> dict[str, o
     Returns the metadata also written to ``out / META_FILE`` (params, wall time, losses).
 
     Raises:
-        ValueError: a document does not fit ``n_positions`` (raise it, or shorten tasks).
+        ModelConfigError: a document does not fit ``n_positions`` (raise it, or shorten tasks).
     """
     started = time.perf_counter()
     threads = torch.get_num_threads()
@@ -169,7 +172,7 @@ def pretrain(cfg: PretrainConfig, out: Path, log_every: int = 50) -> dict[str, o
         encoded = [[*ids, eos_id] for ids in tokenizer(docs)["input_ids"]]
         longest = max(len(e) for e in encoded)
         if longest > cfg.n_positions:
-            raise ValueError(
+            raise ModelConfigError(
                 f"a corpus document has {longest} tokens > n_positions={cfg.n_positions}: "
                 "raise n_positions or lower the difficulties"
             )

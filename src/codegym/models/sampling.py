@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from codegym.models.errors import ModelConfigError
+
 __all__ = ["load", "sample"]
 
 
@@ -66,11 +68,11 @@ def sample(
     ``temperature == 0`` decodes greedily (then the ``n`` completions are identical).
 
     Raises:
-        ValueError: ``n < 1``, ``temperature < 0`` or ``max_new_tokens < 1``.
+        ModelConfigError: ``n < 1``, ``temperature < 0`` or ``max_new_tokens < 1``.
         FileNotFoundError: see ``load``.
     """
     if n < 1 or temperature < 0 or max_new_tokens < 1 or batch_prompts < 1:
-        raise ValueError(
+        raise ModelConfigError(
             f"n={n}, temperature={temperature}, max_new_tokens={max_new_tokens}, "
             f"batch_prompts={batch_prompts}: need n >= 1, temperature >= 0, "
             "max_new_tokens >= 1, batch_prompts >= 1"

@@ -11,7 +11,8 @@ policy first, so a ``PolicyError`` means the budget is spent (or retrying cannot
       "connection"    refused, reset or dropped connections, after every attempt
       "bad_response"  an answer that is not the OpenAI shape (garbage JSON, too few choices)
       "config"        the caller's mistake (bad parameters, a replay file without the
-                      sample asked for); retrying never helps
+                      sample asked for); retrying never helps. Parameter checks raise
+                      its subclass ``PolicyConfigError`` (also a ``ValueError``)
 
 Callers turn a ``PolicyError`` into the infra outcome ``policy_error``: the model is not
 to blame, so it is excluded, never scored as a failure.
@@ -53,3 +54,13 @@ class PolicyError(CodegymError):
         """The HTTP status of the last answer, when there was one."""
         self.attempts = attempts
         """How many requests were made before giving up."""
+
+
+class PolicyConfigError(PolicyError, ValueError):
+    """A caller's bad parameter (``SamplingParams``, ``Retry``, ``Hedge``, weights that do
+    not fit the model): ``kind="config"``, a ``ValueError`` too, and exit code 2."""
+
+    exit_code = 2  # the input, not the run
+
+    def __init__(self, message: str) -> None:
+        super().__init__("config", message)

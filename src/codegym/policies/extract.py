@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from codegym.policies.errors import PolicyConfigError
 from codegym.policies.policy import Generation
 
 Style = Literal["continuation", "chat"]
@@ -200,7 +201,7 @@ def extract_code(
         entry_point: the function the tests call, to pick among several fenced blocks.
     """
     if style not in ("continuation", "chat"):
-        raise ValueError(f"extract_code(style={style!r}): use 'continuation' or 'chat'")
+        raise PolicyConfigError(f"extract_code(style={style!r}): use 'continuation' or 'chat'")
     if not text.strip():
         return None
     code_prompt = task_prompt if task_prompt and _is_code_prompt(task_prompt) else ""

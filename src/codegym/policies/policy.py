@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from codegym.policies.errors import PolicyConfigError
+
 Message = dict[str, Any]
 """One OpenAI chat message (``{"role": ..., "content": ...}``, tool calls allowed)."""
 Prompt = str | Sequence[Message]
@@ -40,23 +42,27 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(f"SamplingParams.temperature={self.temperature!r}: use a value >= 0")
+            raise PolicyConfigError(
+                f"SamplingParams.temperature={self.temperature!r}: use a value >= 0"
+            )
         if not (0 < self.top_p <= 1):
-            raise ValueError(f"SamplingParams.top_p={self.top_p!r}: use a value in (0, 1]")
+            raise PolicyConfigError(f"SamplingParams.top_p={self.top_p!r}: use a value in (0, 1]")
         if (
             isinstance(self.max_tokens, bool)
             or not isinstance(self.max_tokens, int)
             or self.max_tokens < 1
         ):
-            raise ValueError(f"SamplingParams.max_tokens={self.max_tokens!r}: use an int >= 1")
+            raise PolicyConfigError(
+                f"SamplingParams.max_tokens={self.max_tokens!r}: use an int >= 1"
+            )
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
-            raise ValueError(f"SamplingParams.n={self.n!r}: use an int >= 1")
+            raise PolicyConfigError(f"SamplingParams.n={self.n!r}: use an int >= 1")
         if self.seed is not None and (
             isinstance(self.seed, bool) or not isinstance(self.seed, int)
         ):
-            raise ValueError(f"SamplingParams.seed={self.seed!r}: use an int or None")
+            raise PolicyConfigError(f"SamplingParams.seed={self.seed!r}: use an int or None")
         if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
-            raise ValueError(
+            raise PolicyConfigError(
                 f"SamplingParams.stop={self.stop!r}: use a tuple of non-empty strings, "
                 "e.g. stop=('\\ndef ',)"
             )

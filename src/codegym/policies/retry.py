@@ -18,6 +18,8 @@ import random
 import time
 from dataclasses import dataclass
 
+from codegym.policies.errors import PolicyConfigError
+
 RETRYABLE_STATUS: frozenset[int] = frozenset({408, 409, 429})
 
 
@@ -45,9 +47,13 @@ class Retry:
             or not isinstance(self.attempts, int)
             or self.attempts < 1
         ):
-            raise ValueError(f"Retry.attempts={self.attempts!r}: use an int >= 1 (1 = no retries)")
+            raise PolicyConfigError(
+                f"Retry.attempts={self.attempts!r}: use an int >= 1 (1 = no retries)"
+            )
         if self.base_s < 0 or self.max_s < 0:
-            raise ValueError(f"Retry(base_s={self.base_s}, max_s={self.max_s}): use values >= 0")
+            raise PolicyConfigError(
+                f"Retry(base_s={self.base_s}, max_s={self.max_s}): use values >= 0"
+            )
 
     def delay(
         self, retry_index: int, retry_after_s: float | None = None, rng: random.Random | None = None
@@ -99,12 +105,12 @@ class Hedge:
 
     def __post_init__(self) -> None:
         if not (self.factor >= 1 and 0 < self.quantile <= 1 and self.min_s >= 0):
-            raise ValueError(
+            raise PolicyConfigError(
                 f"Hedge(factor={self.factor}, quantile={self.quantile}, min_s={self.min_s}): "
                 "use factor >= 1, a quantile in (0, 1], min_s >= 0"
             )
         if not 0 <= self.budget <= 1 or self.warmup < 1 or self.window < self.warmup:
-            raise ValueError(
+            raise PolicyConfigError(
                 f"Hedge(budget={self.budget}, warmup={self.warmup}, window={self.window}): "
                 "use a budget in [0, 1] and 1 <= warmup <= window"
             )

@@ -52,7 +52,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from codegym.policies.errors import PolicyError
+from codegym.policies.errors import PolicyConfigError, PolicyError
 from codegym.policies.policy import Generation, Message, Prompt, SamplingParams
 
 LogprobsMode = Literal["raw", "tempered"]
@@ -341,7 +341,8 @@ class TransformersPolicy:
 
         Raises:
             FileNotFoundError: the path does not exist or holds no ``.safetensors`` file.
-            ValueError: keys or shapes do not match the served model (nothing is changed).
+            PolicyConfigError: keys or shapes do not match the served model (nothing is
+                changed); a ``ValueError`` too.
         """
         state = _read_state(source)
         with self._lock:
@@ -414,19 +415,19 @@ class TransformersPolicy:
         own = self.model.state_dict()
         unexpected = sorted(set(state) - set(own))
         if unexpected:
-            raise ValueError(f"{where}: keys the served model lacks: {unexpected[:5]}")
+            raise PolicyConfigError(f"{where}: keys the served model lacks: {unexpected[:5]}")
         given_ptrs = {own[k].data_ptr() for k in state}
         # a missing key is fine only when it is tied to (shares storage with) a given one
         missing = sorted(k for k in set(own) - set(state) if own[k].data_ptr() not in given_ptrs)
         if missing:
-            raise ValueError(f"{where}: keys missing for the served model: {missing[:5]}")
+            raise PolicyConfigError(f"{where}: keys missing for the served model: {missing[:5]}")
         wrong = [
             f"{k}: {tuple(v.shape)} vs served {tuple(own[k].shape)}"
             for k, v in state.items()
             if tuple(v.shape) != tuple(own[k].shape)
         ]
         if wrong:
-            raise ValueError(f"{where}: shapes do not match the served model: {wrong[:3]}")
+            raise PolicyConfigError(f"{where}: shapes do not match the served model: {wrong[:3]}")
 
     # ---- the worker thread --------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from codegym.envs.env import EnvInfraError, Message, Resources, Turn, make_env
 from codegym.envs.trajectory import Trajectory, task_from_record
+from codegym.rollout.config import RolloutError
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,10 @@ async def replay_trajectory(traj: Trajectory, resources: Resources) -> ReplayDif
 
     Raises:
         EnvError: the trajectory's env is not registered here (load its file first).
-        ValueError: the trajectory holds no task record.
+        RolloutError: the trajectory holds no task record (a ValueError).
     """
     if not traj.task:
-        raise ValueError(f"trajectory {traj.key()[:12]} holds no task; it cannot be replayed")
+        raise RolloutError(f"trajectory {traj.key()[:12]} holds no task; it cannot be replayed")
     task = task_from_record(traj.task)
     diffs: list[str] = []
     if task.digest() != traj.task_digest:

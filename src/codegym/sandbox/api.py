@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from codegym.sandbox.cases import TestCase, Text
 from codegym.sandbox.limits import Limits
 from codegym.sandbox.result import ExecResult
-from codegym.sandbox.sandbox import TestCase, Text
 
 __all__ = ["SandboxAPI"]
 

@@ -15,13 +15,17 @@ import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 from codegym.sandbox import _files, _seccomp
 from codegym.sandbox._cgroups import Stats
 from codegym.sandbox._verdict import judge
 from codegym.sandbox._worker import Worker, WorkerCrashed
+from codegym.sandbox.cases import AssertTest as AssertTest
+from codegym.sandbox.cases import Compare as Compare
+from codegym.sandbox.cases import IOTest as IOTest
+from codegym.sandbox.cases import TestCase as TestCase
+from codegym.sandbox.cases import Text as Text
 from codegym.sandbox.errors import (
     HostUnsupported,
     SandboxClosed,
@@ -42,45 +46,9 @@ log = logging.getLogger("codegym.sandbox")
 # down its container, and runsc refused the name ("address already in use").
 _POOL_TAGS = itertools.count(1)
 
-Text = str | bytes
-Compare = Literal["exact", "tokens", "float", "lines"]
 GRACE_S = 5.0
 
 
-@dataclass(frozen=True)
-class AssertTest:
-    """Python test code (usually asserts) that calls the program's functions.
-
-    The test runs in a judge process the program cannot reach, never in the program's
-    own: a name the test uses and does not define is looked up in the program, whose
-    functions and classes are called across the boundary with plain data (numbers,
-    strings, bytes, booleans, None, and lists, tuples, dicts and sets of them) going in
-    and coming back; anything else a program returns fails the test as its error.
-    """
-
-    code: str
-    setup: str = ""
-    """Trusted code the judge runs first, e.g. a task's prompt: the helper functions it
-    defines are the task's own, and the program cannot replace them."""
-    program: tuple[str, ...] = ()
-    """Names the test takes from the program even when ``setup`` defines them (the
-    function under test, which a prompt defines as a stub)."""
-
-
-@dataclass(frozen=True)
-class IOTest:
-    """A test that feeds ``stdin`` to a fresh run of the program and compares stdout."""
-
-    stdin: Text
-    expected: Text
-    compare: Compare = "exact"
-    """``exact`` (trailing whitespace ignored), ``tokens``, ``float`` (tokens, numbers
-    compared with ``tolerance``) or ``lines`` (line by line, numbers as exact decimals:
-    LiveCodeBench's rule)."""
-    tolerance: float = 1e-6
-
-
-TestCase = AssertTest | IOTest
 WorkspaceRef = str | Image | Workspace
 """Where a run happens: an image (a fresh workspace) or a kept ``Workspace``."""
 

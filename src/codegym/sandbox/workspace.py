@@ -19,10 +19,11 @@ import contextlib
 import errno
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from codegym.sandbox import _files
 from codegym.sandbox._worker import Worker, WorkerCrashed
+from codegym.sandbox.cases import TestCase, Text
 from codegym.sandbox.errors import SandboxClosed, SandboxInfraError, WorkspaceError
 from codegym.sandbox.images import layers as _layers
 from codegym.sandbox.images.changes import Changes, LowerView, patch, write_layer
@@ -31,17 +32,67 @@ from codegym.sandbox.images.store import Image, ImageStore, image_digest
 from codegym.sandbox.limits import Limits
 from codegym.sandbox.result import ExecResult
 
-if TYPE_CHECKING:
-    from codegym.sandbox.sandbox import Sandbox, TestCase
-
 OP_TIMEOUT_S = 60.0
 EXPORT_MAX_BYTES = 240 << 20  # below the worker channel's frame cap
+
+
+class Pool(Protocol):
+    """What a workspace needs of the ``Sandbox`` that opened it (mypy checks ``Sandbox``
+    against it where the sandbox opens one), so this module need not import it."""
+
+    images: ImageStore | None
+
+    async def run(
+        self,
+        command: str | Sequence[str],
+        stdin: Text = "",
+        *,
+        files: Mapping[str, Text] | None = None,
+        limits: Limits | None = None,
+        workspace: Workspace | None = None,
+    ) -> ExecResult: ...
+
+    async def run_python(
+        self,
+        code: Text,
+        stdin: Text = "",
+        *,
+        files: Mapping[str, Text] | None = None,
+        limits: Limits | None = None,
+        argv: Sequence[str] | None = None,
+        workspace: Workspace | None = None,
+    ) -> ExecResult: ...
+
+    async def run_tests(
+        self,
+        code: Text | None,
+        tests: Sequence[TestCase],
+        *,
+        command: str | Sequence[str] | None = None,
+        build: str | Sequence[str] | None = None,
+        files: Mapping[str, Text] | None = None,
+        limits: Limits | None = None,
+        workspace: Workspace | None = None,
+    ) -> ExecResult: ...
+
+    async def _execute(
+        self,
+        worker: Worker,
+        req: dict[str, Any],
+        blobs: list[bytes],
+        limits: Limits,
+        batch: int,
+        deadline: float,
+        pinned: bool = False,
+    ) -> ExecResult: ...
+
+    async def _restart(self, worker: Worker) -> None: ...
 
 
 class Workspace:
     """A kept copy-on-write workspace (make one with ``Sandbox.workspace``)."""
 
-    def __init__(self, pool: Sandbox, worker: Worker, wid: str, image: Image, disk_mb: int):
+    def __init__(self, pool: Pool, worker: Worker, wid: str, image: Image, disk_mb: int):
         self.pool = pool
         self.worker = worker
         self.id = wid

@@ -98,5 +98,5 @@ def serve(
             max_connections=max_connections,
         )
         run_server(config, host, port, drain_s=drain_s, log_level=log_level.lower())
-    except (ValueError, HostUnsupported, SandboxInputError) as e:
+    except (HostUnsupported, SandboxInputError) as e:
         fail(str(e))

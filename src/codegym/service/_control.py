@@ -43,12 +43,18 @@ class KeyReused(CodegymError):
     """An Idempotency-Key came back with a different request."""
 
 
+class ServiceConfigError(CodegymError, ValueError):
+    """The service was configured with a value it cannot run with; the message says the fix."""
+
+
 class Admission:
     """A bounded admission queue in front of ``slots`` execution slots."""
 
     def __init__(self, slots: int, queue: int) -> None:
         if slots < 1 or queue < 0:
-            raise ValueError(f"slots={slots}, queue={queue}: need slots >= 1 and queue >= 0")
+            raise ServiceConfigError(
+                f"slots={slots}, queue={queue}: need slots >= 1 and queue >= 0"
+            )
         self.slots = slots
         self.queue = queue
         self._sem = asyncio.Semaphore(slots)

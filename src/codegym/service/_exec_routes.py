@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from codegym.sandbox import ExecResult, SandboxClosed, SandboxInputError
 from codegym.service import _metrics as m
 from codegym.service._control import KeyReused, Overloaded, Reply
-from codegym.service._kept import Deps
+from codegym.service._kept import Deps, Runner
 from codegym.service._state import (
     _ERRORS,
     _IDEMPOTENT,
@@ -136,23 +136,32 @@ def exec_routes(router: APIRouter, state: ServiceState, capacity: dict[str, str]
             out[path] = data
         return out
 
-    async def execute(sb: Any, req: RunRequest) -> ExecResult:
+    async def execute(sb: Runner, req: RunRequest) -> ExecResult:
         limits = req.limits.to_limits()
         files = files_of(req.files)
         stdin = decode_data(req.stdin, "stdin")
         if (req.code is None) == (req.command is None):
             raise SandboxInputError("pass either code (Python) or command, not both or neither")
-        # a session or kept workspace is its own workspace; the pool takes an image's
-        where = {"workspace": req.workspace} if sb is state.sandbox and req.workspace else {}
-        result: ExecResult
-        if req.code is not None:
-            result = await sb.run_python(
-                req.code, stdin, files=files, limits=limits, argv=req.argv, **where
-            )
-        else:
+        pool = state.sandbox
+        if sb is pool and req.workspace:  # a run in a fresh workspace of an image
+            if req.code is not None:
+                return await pool.run_python(
+                    req.code,
+                    stdin,
+                    files=files,
+                    limits=limits,
+                    argv=req.argv,
+                    workspace=req.workspace,
+                )
             assert req.command is not None
-            result = await sb.run(req.command, stdin, files=files, limits=limits, **where)
-        return result
+            return await pool.run(
+                req.command, stdin, files=files, limits=limits, workspace=req.workspace
+            )
+        # the pool's plain run, or a session or kept workspace: its own workspace
+        if req.code is not None:
+            return await sb.run_python(req.code, stdin, files=files, limits=limits, argv=req.argv)
+        assert req.command is not None
+        return await sb.run(req.command, stdin, files=files, limits=limits)
 
     # -- stateless execution ----------------------------------------------------
 

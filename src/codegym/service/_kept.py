@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Path, Request, Response
+from pydantic import BaseModel
 
 from codegym.sandbox import (
     ExecResult,
@@ -21,9 +22,12 @@ from codegym.sandbox import (
     SandboxError,
     SandboxInfraError,
     SandboxInputError,
+    Session,
     WorkspaceError,
 )
+from codegym.sandbox.images.store import ImageStore
 from codegym.sandbox.limits import check_path
+from codegym.sandbox.workspace import Workspace
 from codegym.service import _metrics as m
 from codegym.service.models import (
     FileWritten,
@@ -39,8 +43,12 @@ from codegym.service.models import (
 from codegym.service.sessions import SessionLimit, SessionManager, UnknownSession
 
 Error = Callable[..., HTTPException]
-Once = Callable[[Request, Any, Callable[[], Awaitable[ExecResult]]], Awaitable[Response]]
-Execute = Callable[[Any, RunRequest], Awaitable[ExecResult]]
+Once = Callable[[Request, BaseModel, Callable[[], Awaitable[ExecResult]]], Awaitable[Response]]
+Kept = Session | Workspace
+"""What a manager holds: a session (a pool of one worker) or a kept workspace of an image."""
+Runner = Sandbox | Workspace
+"""Where a request runs: the service's pool, a session (a ``Sandbox`` too) or a workspace."""
+Execute = Callable[[Runner, RunRequest], Awaitable[ExecResult]]
 OCTETS = {"application/octet-stream": {"schema": {"type": "string"}}}
 
 
@@ -66,16 +74,17 @@ def add_kept_routes(
     manager: SessionManager,
     names: dict[str, str],
     deps: Deps,
-) -> Callable[[str], contextlib.AbstractAsyncContextManager[Any]]:
+) -> Callable[[str], contextlib.AbstractAsyncContextManager[Kept]]:
     """exec, files and close under ``{prefix}/{<param>}``; returns the ``held`` context
     that other routes use to reach one object by id (404 when it is gone)."""
     error, errors, max_file_bytes = deps.error, deps.errors, deps.max_file_bytes
     Id = Annotated[str, Path(alias=param)]
 
     @contextlib.asynccontextmanager
-    async def held(oid: str) -> AsyncIterator[Any]:
+    async def held(oid: str) -> AsyncIterator[Kept]:
         try:
             async with manager.use(oid) as obj:
+                assert isinstance(obj, Kept)  # what the managers hold; typed Any there
                 yield obj
         except UnknownSession:
             raise error(404, f"no open {noun} {oid!r}: it was closed or expired") from None
@@ -170,7 +179,7 @@ def add_workspace_routes(
 ) -> None:
     """Images and kept workspaces (``/v1/images``, ``/v1/workspaces``)."""
     error, errors = deps.error, deps.errors
-    held = add_kept_routes(
+    kept = add_kept_routes(
         app,
         prefix="/v1/workspaces",
         param="wid",
@@ -185,7 +194,13 @@ def add_workspace_routes(
         deps=deps,
     )
 
-    def store() -> Any:
+    @contextlib.asynccontextmanager
+    async def held(wid: str) -> AsyncIterator[Workspace]:
+        async with kept(wid) as ws:
+            assert isinstance(ws, Workspace)  # this manager holds what ``sandbox.fork`` made
+            yield ws
+
+    def store() -> ImageStore:
         if sandbox.images is None:
             raise error(400, "this service has no image cache: start it with --image-cache DIR")
         return sandbox.images
@@ -209,7 +224,7 @@ def add_workspace_routes(
         if draining():
             raise error(503, "the sandbox service is draining", retry_after=1)
 
-        async def make() -> list[Any]:
+        async def make() -> list[Workspace]:
             return list(await sandbox.fork(req.image, n, disk_mb=req.disk_mb))
 
         try:

@@ -13,14 +13,18 @@ from fastapi import HTTPException, Response
 
 from codegym.sandbox import Sandbox, SandboxError, Session
 from codegym.service import _metrics as m
-from codegym.service._control import Admission, IdempotencyStore, Overloaded
+from codegym.service._control import Admission, IdempotencyStore, Overloaded, ServiceConfigError
 from codegym.service.models import IDEMPOTENCY_KEY_MAX, ErrorBody
 from codegym.service.sessions import SessionManager
 
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """How the service runs. ``token`` is required unless ``auth=False`` is explicit."""
+    """How the service runs. ``token`` is required unless ``auth=False`` is explicit.
+
+    Raises:
+        ServiceConfigError: a missing or short token, or a value out of range.
+    """
 
     token: str | None = None
     """Bearer token every ``/v1`` request must carry."""
@@ -56,16 +60,20 @@ class ServiceConfig:
 
     def __post_init__(self) -> None:
         if self.auth and not self.token:
-            raise ValueError(
+            raise ServiceConfigError(
                 "the sandbox service needs a bearer token: pass --token or set CODEGYM_TOKEN "
                 "(or --no-auth to run without one, on a trusted network only)"
             )
         if self.token is not None and len(self.token) < 16 and self.auth:
-            raise ValueError("the token is shorter than 16 characters; use a long random one")
+            raise ServiceConfigError(
+                "the token is shorter than 16 characters; use a long random one"
+            )
         if not 0 < self.header_timeout_s <= 3600:
-            raise ValueError(f"header timeout {self.header_timeout_s!r}: use 0 < seconds <= 3600")
+            raise ServiceConfigError(
+                f"header timeout {self.header_timeout_s!r}: use 0 < seconds <= 3600"
+            )
         if self.max_connections is not None and self.max_connections < 1:
-            raise ValueError(f"max connections {self.max_connections!r}: use at least 1")
+            raise ServiceConfigError(f"max connections {self.max_connections!r}: use at least 1")
 
 
 HealthStatus = Literal["ok", "starting", "draining", "down"]

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from codegym.sandbox import Limits
 from codegym.tasks.task import Task
+from codegym.tasks.taskset import RecordError
 
 FIELDS: Final = ("task_id", "prompt", "entry_point", "canonical_solution", "base_input",
                  "plus_input", "atol")  # fmt: skip
@@ -87,8 +88,6 @@ def to_task(row: Mapping[str, Any], fallback_id: str) -> Task:
     Raises:
         RecordError: a field is missing or of the wrong type (named, with the fix).
     """
-    from codegym.tasks.formats import RecordError
-
     missing = [f for f in FIELDS if f not in row]
     if missing:
         raise RecordError(f"an EvalPlus record needs {', '.join(missing)}")

@@ -51,9 +51,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from codegym._registry import Registry
-from codegym.errors import CodegymError
 from codegym.tasks import evalplus, livecodebench
 from codegym.tasks.task import IOCase, Task
+from codegym.tasks.taskset import RecordError as RecordError
 
 Format = str
 """A registered format's name (``DATASET_FORMATS``)."""
@@ -69,10 +69,6 @@ FORMATS: Final[tuple[str, ...]] = (
 
 # CodeContests' Language enum: 3 is PYTHON3 (1 is Python 2, which we cannot run).
 _CC_PYTHON3: Final = {3, "3", "PYTHON3", "python3", "Python3", "PYTHON_3"}
-
-
-class RecordError(CodegymError, ValueError):
-    """One record cannot become a task; the message names the field and the fix."""
 
 
 @dataclass(frozen=True)

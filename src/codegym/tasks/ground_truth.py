@@ -31,7 +31,7 @@ from typing import Any, Literal
 from codegym.sandbox import Limits
 from codegym.sandbox.api import SandboxAPI
 from codegym.tasks.scoring import DEFAULT_LIMITS, Score, score
-from codegym.tasks.task import Task
+from codegym.tasks.task import Task, TaskError
 from codegym.tasks.taskset import TaskSet
 
 QuarantineKind = Literal["fails", "flaky", "no_reference", "infra"]
@@ -116,10 +116,10 @@ async def verify(
         concurrency: runs in flight (default: twice the sandbox's workers).
 
     Raises:
-        ValueError: a non-positive ``repeats``, ``factor`` or ``floor_cpu_s``.
+        TaskError: a non-positive ``repeats``, ``factor`` or ``floor_cpu_s``.
     """
     if repeats < 1 or factor <= 0 or floor_cpu_s <= 0 or infra_retries < 0:
-        raise ValueError(
+        raise TaskError(
             f"verify: repeats={repeats}, factor={factor}, floor_cpu_s={floor_cpu_s}, "
             f"infra_retries={infra_retries}: use repeats >= 1, factor > 0, floor > 0, "
             "retries >= 0"

@@ -37,6 +37,7 @@ from typing import Any, Final
 
 from codegym.sandbox import Limits
 from codegym.tasks.task import IOCase, Task
+from codegym.tasks.taskset import RecordError
 
 PER_TEST_S: Final = 6.0  # LiveCodeBench's default timeout, per test
 
@@ -92,8 +93,6 @@ def to_task(row: Mapping[str, Any], fallback_id: str) -> Task:
     Raises:
         RecordError: a field is missing or malformed (the message names it).
     """
-    from codegym.tasks.formats import RecordError
-
     question = row.get("question_content")
     if not isinstance(question, str) or not question.strip():
         raise RecordError("field 'question_content' must be the problem statement (text)")
@@ -163,8 +162,6 @@ def to_task(row: Mapping[str, Any], fallback_id: str) -> Task:
 
 
 def _json(row: Mapping[str, Any], name: str, default: Any) -> Any:
-    from codegym.tasks.formats import RecordError
-
     value = row.get(name)
     if value is None or value == "":
         return default
@@ -180,8 +177,6 @@ def _json(row: Mapping[str, Any], name: str, default: Any) -> Any:
 
 def _tests(row: Mapping[str, Any], name: str) -> list[tuple[str, str]]:
     """The (input, output) pairs of a test field, as JSON or as LiveCodeBench packs them."""
-    from codegym.tasks.formats import RecordError
-
     value = row.get(name)
     if isinstance(value, str) and value and value.lstrip()[:1] not in "[{":
         try:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import parse_qsl
 
+from codegym._registry import RegistrationError
 from codegym.tasks import synthetic
 from codegym.tasks.formats import (
     FORMATS,
@@ -40,7 +41,7 @@ from codegym.tasks.formats import (
     to_task,
 )
 from codegym.tasks.manifest import check_sha256, compare_sha256, read_manifest
-from codegym.tasks.task import Task
+from codegym.tasks.task import Task, TaskError
 from codegym.tasks.taskset import DatasetError, TaskSet
 
 OnBadLine = Literal["skip", "stop"]
@@ -109,7 +110,7 @@ def parse_jsonl(
         DatasetError: as ``load_jsonl``.
     """
     if on_bad_line not in ("skip", "stop"):
-        raise ValueError(f"on_bad_line={on_bad_line!r}: use 'skip' or 'stop'")
+        raise TaskError(f"on_bad_line={on_bad_line!r}: use 'skip' or 'stop'")
     try:
         fmt: Format | None = check_format(format) if format is not None else None
     except RecordError as e:
@@ -143,7 +144,7 @@ def parse_jsonl(
                     "give every task a unique id"
                 )
         except (RecordError, ValueError) as e:
-            # ValueError also covers Task's own shape checks (e.g. no tests at all).
+            # TaskError (a ValueError) covers Task's own shape checks (e.g. no tests at all).
             message = f"{where}: {e}"
             if on_bad_line == "stop":
                 raise DatasetError(f"{message}  ({_FIX_JSON})") from None
@@ -243,12 +244,14 @@ def register_family(name: str, generator: FamilyGenerator, *, replace: bool = Fa
     """Make ``synth:NAME?...`` load tasks from ``generator``.
 
     Raises:
-        ValueError: the name is taken (pass ``replace=True``) or not an identifier.
+        RegistrationError: the name is taken (pass ``replace=True``) or not an identifier.
     """
     if not _FAMILY_RE.match(name):
-        raise ValueError(f"family name {name!r} must be an identifier")
+        raise RegistrationError(f"family name {name!r} must be an identifier")
     if name in _FAMILIES and not replace:
-        raise ValueError(f"synthetic family {name!r} is already registered; pass replace=True")
+        raise RegistrationError(
+            f"synthetic family {name!r} is already registered; pass replace=True"
+        )
     _FAMILIES[name] = generator
 
 
@@ -293,12 +296,15 @@ def register_suite(name: str, loader: SuiteLoader, *, replace: bool = False) -> 
     """Make ``load_suite(name)`` call ``loader``.
 
     Raises:
-        ValueError: the name is taken (pass ``replace=True``), or looks like a spec/path.
+        RegistrationError: the name is taken (pass ``replace=True``), or looks like a
+            spec/path.
     """
     if not name or name.startswith(_SYNTH) or "/" in name or name.endswith(".jsonl"):
-        raise ValueError(f"suite name {name!r} must be a plain name (no 'synth:', '/', .jsonl)")
+        raise RegistrationError(
+            f"suite name {name!r} must be a plain name (no 'synth:', '/', .jsonl)"
+        )
     if name in _SUITES and not replace:
-        raise ValueError(f"suite {name!r} is already registered; pass replace=True")
+        raise RegistrationError(f"suite {name!r} is already registered; pass replace=True")
     _SUITES[name] = loader
 
 
@@ -318,7 +324,7 @@ def register_manifest(path: str | Path, *, replace: bool = False) -> list[str]:
 
     Raises:
         DatasetError: the manifest is unreadable or malformed.
-        ValueError: a name is already registered and ``replace`` is False.
+        RegistrationError: a name is already registered and ``replace`` is False.
     """
     pins = read_manifest(Path(path))
     for pin in pins.values():

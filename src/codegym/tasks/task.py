@@ -15,10 +15,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
+from codegym.errors import CodegymError
 from codegym.sandbox import AssertTest, Compare, IOTest, Limits
 
 _OWN_CHECK = "__codegym_check__"
 """What the test's ``check`` is called when the task's function is itself ``check``."""
+
+
+class TaskError(CodegymError, ValueError):
+    """A task, or an option that makes tasks, is invalid; the message names it and the fix."""
 
 
 @dataclass(frozen=True)
@@ -74,18 +79,18 @@ class Task:
 
     def __post_init__(self) -> None:
         if not self.id:
-            raise ValueError("a task needs a non-empty id")
+            raise TaskError("a task needs a non-empty id")
         if sum(map(bool, (self.io_cases, self.test or self.parts, self.repo))) != 1 or (
             self.test and self.parts
         ):
-            raise ValueError(
+            raise TaskError(
                 f"task {self.id!r}: give either assert tests (entry_point + test or parts), "
                 "io_cases, or a repository task (repo), exactly one of them"
             )
         if self.checker and not self.io_cases:
-            raise ValueError(f"task {self.id!r}: a checker judges stdin/stdout cases only")
+            raise TaskError(f"task {self.id!r}: a checker judges stdin/stdout cases only")
         if (self.test or self.parts) and not self.entry_point:
-            raise ValueError(f"task {self.id!r}: assert-style tests need an entry_point")
+            raise TaskError(f"task {self.id!r}: assert-style tests need an entry_point")
 
     @property
     def part_names(self) -> tuple[str, ...]:
@@ -125,7 +130,7 @@ class Task:
         if self.kind == "io":
             return [IOTest(c.stdin, c.expected, compare=self.compare) for c in self.io_cases]
         if self.kind == "repo":
-            raise ValueError(
+            raise TaskError(
                 f"task {self.id!r} is a repository task: grade it with the repo environment "
                 "(codegym.tasks.swe.grade), not with sandbox tests"
             )

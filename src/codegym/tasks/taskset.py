@@ -9,6 +9,8 @@ Errors (one hierarchy for the dataset boundary)::
 
     DatasetError            a dataset is missing, altered or malformed
     └── UnknownTaskError    a lookup by id found nothing (also a KeyError)
+    RecordError             one record cannot become a task (also a ValueError; raised by
+                            the converters in ``formats``, ``evalplus``, ``livecodebench``)
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ from codegym.tasks.task import Task
 
 class DatasetError(CodegymError):
     """A dataset is missing, altered or malformed; the message names the input and the fix."""
+
+
+class RecordError(CodegymError, ValueError):
+    """One record cannot become a task; the message names the field and the fix.
+
+    Re-exported from ``codegym.tasks.formats``, where its converters raise it."""
 
 
 class UnknownTaskError(KeyError, DatasetError):

@@ -12,7 +12,7 @@ from pathlib import Path
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from codegym.telemetry.tracing import TracingConfigError
+from codegym.telemetry._errors import TracingConfigError
 
 
 def span_to_dict(s: ReadableSpan) -> dict[str, object]:

@@ -469,6 +469,10 @@ class MetricsServerError(CodegymError, OSError):
     """The metrics endpoint could not be opened (port taken, bad address)."""
 
 
+class MetricsPortError(MetricsServerError, ValueError):
+    """The metrics port asked for is not a port (an int in 0..65535)."""
+
+
 @dataclass(frozen=True)
 class MetricsServer:
     """A running ``/metrics`` endpoint on a daemon thread."""
@@ -498,10 +502,10 @@ def serve_metrics(port: int, host: str = "127.0.0.1") -> MetricsServer:
 
     Raises:
         MetricsServerError: the port is in use or the address cannot be bound.
-        ValueError: ``port`` is outside 0..65535.
+        MetricsPortError: ``port`` is outside 0..65535 (a MetricsServerError and a ValueError).
     """
     if not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"metrics port {port!r} must be an integer in 0..65535")
+        raise MetricsPortError(f"metrics port {port!r} must be an integer in 0..65535")
     try:
         server, thread = start_http_server(port, addr=host)
     except OSError as e:

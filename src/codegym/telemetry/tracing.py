@@ -33,7 +33,7 @@ from opentelemetry.util.types import AttributeValue
 if TYPE_CHECKING:  # the SDK loads when tracing is configured, not with every import
     from opentelemetry.sdk.trace import TracerProvider
 
-from codegym.errors import CodegymError
+from codegym.telemetry._errors import TracingConfigError as TracingConfigError
 
 Exporter = Literal["file", "console", "otlp", "none"]
 EXPORTERS: Final = ("file", "console", "otlp", "none")
@@ -43,10 +43,6 @@ DEFAULT_TRACE_FILE: Final = "codegym-traces.jsonl"
 _lock = threading.Lock()
 _provider: TracerProvider | None = None
 _tracer: trace.Tracer | None = None
-
-
-class TracingConfigError(CodegymError, ValueError):
-    """``configure_tracing`` was given an unknown exporter or an unusable path."""
 
 
 def configure_tracing(

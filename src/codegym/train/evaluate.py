@@ -22,7 +22,7 @@ from typing import Any
 from codegym.rollout import RolloutConfig, RolloutEngine
 from codegym.sandbox import Sandbox
 from codegym.tasks.outcomes import PASSING_OUTCOMES
-from codegym.train.config import TrainConfig
+from codegym.train.config import ConfigError, TrainConfig
 from codegym.train.policy import LocalPolicy
 from codegym.train.split import check_heldout, read_lineage, split_tasks
 from codegym.train.trainer import training_executor
@@ -36,12 +36,12 @@ async def heldout_pass_rate(
     """pass@1 on the held-out tasks (see the module docstring).
 
     Raises:
-        ValueError: ``config.tasks.heldout_tasks`` is 0 or ``samples`` < 1.
+        ConfigError: ``config.tasks.heldout_tasks`` is 0 or ``samples`` < 1.
         HeldoutError: the model was trained on some of the held-out tasks.
     """
     t = config.tasks
     if t.heldout_tasks < 1 or samples < 1:
-        raise ValueError("heldout_pass_rate: set tasks.heldout_tasks >= 1 and samples >= 1")
+        raise ConfigError("heldout_pass_rate: set tasks.heldout_tasks >= 1 and samples >= 1")
     heldout = split_tasks(t).heldout
     check_heldout(heldout, read_lineage(model_dir), str(model_dir))
     tasks = list(heldout)

@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from codegym.policies.errors import PolicyError
+from codegym.policies.errors import PolicyConfigError, PolicyError
 from codegym.policies.policy import Generation, Message, SamplingParams
 
 __all__ = ["LocalPolicy", "PolicyHook", "PromptTokenizer", "TrainablePolicy"]
@@ -157,9 +157,9 @@ class LocalPolicy:
         self, prompt_ids: Sequence[int], params: SamplingParams
     ) -> list[Generation]:
         if params.top_p < 1.0:
-            raise ValueError(f"LocalPolicy: top_p={params.top_p} is not supported; use 1.0")
+            raise PolicyConfigError(f"LocalPolicy: top_p={params.top_p} is not supported; use 1.0")
         if not prompt_ids:
-            raise ValueError("LocalPolicy: empty prompt")
+            raise PolicyConfigError("LocalPolicy: empty prompt")
         if len(prompt_ids) >= self.context_length:
             # refused alone, before batching: one long prompt must not fail its batch-mates
             raise PolicyError(

@@ -16,7 +16,7 @@ Contract:
   is shown as unknown, never as zero.
 
 Bad input raises :class:`codegym.evals.runs.RunError` (unreadable or empty run, too small a
-task overlap) or ``ValueError`` (bad options), naming the input.
+task overlap, bad options), naming the input.
 """
 
 from __future__ import annotations
@@ -100,13 +100,12 @@ def render_report(
 
     Raises:
         RunError: a run cannot be read, has no scored samples, or shares too few tasks with
-            the baseline.
-        ValueError: bad options, or no run given.
+            the baseline; bad options, or no run given.
     """
     opts = options or ReportOptions()
     opts.compare.check()
     if not runs:
-        raise ValueError("report: give at least one run folder or results.jsonl")
+        raise RunError("report: give at least one run folder or results.jsonl")
     paths = [baseline, *runs] if baseline is not None else list(runs)
     views = [load_view(p, lab) for p, lab in zip(paths, unique_labels(paths), strict=True)]
     for v in views:

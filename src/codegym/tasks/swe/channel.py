@@ -274,8 +274,6 @@ def verify(channel: Channel, stdout: str, names: set[str]) -> Account:
 
 
 def _verify(channel: Channel, stdout: str, names: set[str]) -> Account:
-    from codegym.tasks.swe.coverage import junit_id
-
     stream, sep, xml = stdout.partition(MARK)
     seen: dict[str, str] = {}
     canaries: dict[str, list[str]] = {}
@@ -303,7 +301,7 @@ def _verify(channel: Channel, stdout: str, names: set[str]) -> Account:
         if base in (channel.fail, channel.pass_) and head.endswith(channel.file):
             canaries.setdefault(base, []).append(outcome)
             continue
-        tid = junit_id(nodeid, file)
+        tid = junit.junit_id(nodeid, file)
         if tid in seen:
             return Account(None, f"{tid} was reported twice")
         seen[tid] = outcome

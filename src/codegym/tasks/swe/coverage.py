@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import ast
 import json
-import re
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any
 
 from codegym.sandbox import Verdict
-from codegym.tasks.swe import junit
+from codegym.tasks.swe.junit import junit_id as junit_id
 from codegym.tasks.swe.mutate import Edit
 from codegym.tasks.swe.suite import limits
 
@@ -203,15 +201,3 @@ async def measure(
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
     return Coverage(tests, lines, dict(code))
-
-
-def junit_id(nodeid: str, file: str) -> str:
-    """The id ``junit.test_id`` gives the ``<testcase>`` pytest writes for ``nodeid``
-    (defined in ``file``): pytest's own mangling of the node id into a class name and a
-    name, so a test inherited from a mixin in another file gets the same id both ways."""
-    path, bracket, params = nodeid.partition("[")
-    names = path.split("::")
-    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
-    names[-1] += bracket + params
-    case = ET.Element("testcase", classname=".".join(names[:-1]), name=names[-1], file=file)
-    return junit.test_id(case)

@@ -9,6 +9,7 @@ expansion bombs), and anything that is not a well-formed report is ``None``.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 OUTCOMES = ("passed", "failed", "error", "skipped")
@@ -73,3 +74,15 @@ def failures(xml: str | bytes, ids: set[str], limit: int = 4000) -> list[tuple[s
                 out.append((tid, text.strip()[:limit]))
                 break
     return out
+
+
+def junit_id(nodeid: str, file: str) -> str:
+    """The id ``test_id`` gives the ``<testcase>`` pytest writes for ``nodeid``
+    (defined in ``file``): pytest's own mangling of the node id into a class name and a
+    name, so a test inherited from a mixin in another file gets the same id both ways."""
+    path, bracket, params = nodeid.partition("[")
+    names = path.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    names[-1] += bracket + params
+    case = ET.Element("testcase", classname=".".join(names[:-1]), name=names[-1], file=file)
+    return test_id(case)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from codegym.tasks.synthetic._ops import Step, draw_input, draw_step, start_kind
-from codegym.tasks.task import Task
+from codegym.tasks.task import Task, TaskError
 
 GENERATOR_VERSION: Final = "1"
 """Bumped whenever generated tasks change; part of every seed stream and the model cache key."""
@@ -52,19 +52,17 @@ def generate(family: str, n: int, seed: int, difficulty: int = 1) -> list[Task]:
     """``n`` tasks of ``family`` at ``difficulty`` from ``seed`` (deterministic).
 
     Raises:
-        ValueError: unknown family, negative ``n`` or ``seed``, difficulty outside
+        TaskError: unknown family, negative ``n`` or ``seed``, difficulty outside
             ``1..MAX_DIFFICULTY``.
     """
     if family not in FAMILIES:
-        raise ValueError(
-            f"unknown synthetic family {family!r}: choose one of {', '.join(FAMILIES)}"
-        )
+        raise TaskError(f"unknown synthetic family {family!r}: choose one of {', '.join(FAMILIES)}")
     if not isinstance(n, int) or n < 0:
-        raise ValueError(f"n={n!r}: the number of tasks must be an int >= 0")
+        raise TaskError(f"n={n!r}: the number of tasks must be an int >= 0")
     if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed={seed!r}: seeds are ints >= 0")
+        raise TaskError(f"seed={seed!r}: seeds are ints >= 0")
     if not isinstance(difficulty, int) or not 1 <= difficulty <= MAX_DIFFICULTY:
-        raise ValueError(f"difficulty={difficulty!r}: choose an int from 1 to {MAX_DIFFICULTY}")
+        raise TaskError(f"difficulty={difficulty!r}: choose an int from 1 to {MAX_DIFFICULTY}")
     build = _infer if family == "infer" else _bugfix
     return [build(_rng(family, difficulty, seed, i), difficulty, seed, i) for i in range(n)]
 
