@@ -54,6 +54,7 @@ import math
 import os
 import re
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -541,8 +542,21 @@ def _connect(opts: RayOptions) -> bool:
     kw: dict[str, Any] = {"log_to_driver": opts.log_to_driver, **opts.init_kwargs}
     if opts.address in (None, "local"):
         ray.init(num_cpus=opts.num_cpus, include_dashboard=False, **kw)
-    else:
-        ray.init(address=opts.address, **kw)
+        return True
+    tries = 3 if opts.address.startswith("ray://") else 1
+    for attempt in range(1, tries + 1):
+        try:
+            ray.init(address=opts.address, **kw)
+            return True
+        except ConnectionAbortedError as e:
+            # the client proxy starts a server process per client, and that start can
+            # fail (a gRPC poller dying at start-up on a loaded machine): a new client
+            # gets a new one, so try again before giving up
+            if attempt == tries:
+                raise
+            log.warning("ray executor: %s failed (%s); trying again", opts.address, _short(e))
+            ray.shutdown()
+            time.sleep(2.0 * attempt)
     return True
 
 
