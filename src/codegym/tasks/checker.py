@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from typing import Final
 
-from codegym.sandbox import ExecResult, Limits, Verdict
+from codegym.sandbox import Limits, Verdict
 from codegym.sandbox.api import SandboxAPI
 from codegym.tasks.task import Task
 
@@ -90,7 +90,7 @@ async def score_with_checker(
         r = await sandbox.run_python(program, case.stdin, limits=limits)
         cpu, wall = cpu + r.cpu_s, wall + r.wall_s
         if r.verdict is not Verdict.OK:
-            return False, _outcome(r), f"case {i}: {r.reason}"[:500], cpu, wall
+            return False, r.verdict.value, f"case {i}: {r.reason}"[:500], cpu, wall
         outputs.append(r.stdout)
     cases = [(c.stdin, out, c.expected) for c, out in zip(task.io_cases, outputs, strict=True)]
     for first, chunk in _chunks(cases):
@@ -152,9 +152,3 @@ async def _judge(
     ):
         return got[0], str(got[1])
     return "its verdict is malformed"
-
-
-def _outcome(r: ExecResult) -> str:
-    if r.verdict is Verdict.INFRA:
-        return "infra"
-    return r.verdict.value
