@@ -223,9 +223,14 @@ _LOADS = decoder()
 # ---------------------------------------------------------------- framing
 
 
+def frame(payload: bytes) -> bytes:
+    """One frame's bytes: its length, then ``payload``."""
+    return _HDR.pack(len(payload)) + payload
+
+
 def send(fd: int, payload: bytes) -> None:
     """Write one frame; OSError when the other side is gone."""
-    view = memoryview(_HDR.pack(len(payload)) + payload)
+    view = memoryview(frame(payload))
     while view:
         view = view[os.write(fd, view) :]
 
