@@ -68,36 +68,21 @@ class _Link:
         self.late = ""  # why the program missed a deadline: the call socket is out of step
         self.started = 0.0  # when the deadline was set (for the message)
         self.calls = 0
-        self.streaming = False  # an each() whose answers are not all read yet
 
-    def ask_check(self) -> None:
+    def ask(self, message: list) -> list:
         if self.late:
             raise ProgramLate(self.late)
         if self.gone or self.fault:
             raise ProgramFault(self.fault or "the program is gone")
-        if self.streaming:
-            raise RuntimeError("the test called the program before reading all of an each()")
-
-    def ask(self, message: list) -> list:
-        self.ask_check()
         self.calls += 1
         try:
             _plain.send(self.fd, _plain.dumps(message))
-        except OSError:
-            self.gone = True
-            raise ProgramFault("the program is gone") from None
-        return self.reply()
-
-    def reply(self, late: str = "") -> list:
-        """The program's next reply, before the reader's deadline (``late`` says what it
-        missed, for the message)."""
-        try:
             raw = self.reader.recv(MAX_REPLY)
         except OSError:
             raw = None
         except _plain.Late:
             budget = self.reader.deadline - self.started if self.reader.deadline else 0.0
-            self.late = late or f"the program did not answer within {budget:.3g}s"
+            self.late = f"the program did not answer within {budget:.3g}s"
             raise ProgramLate(self.late) from None
         except _plain.NotPlain as e:
             self._fail(f"broke the call protocol: {e}")
@@ -127,28 +112,10 @@ class _Link:
             raise TypeError(
                 f"the test passed {e} to the program; only plain data crosses"
             ) from None
-        return self.outcome(self.ask(wire), args, kwargs)
-
-    def ask_stream(self, message: list) -> None:
-        """Send a request the program answers with a reply per item (``each``)."""
-        self.ask_check()
-        self.calls += 1
-        try:
-            _plain.send(self.fd, _plain.dumps(message))
-        except OSError:
-            self.gone = True
-            raise ProgramFault("the program is gone") from None
-        self.streaming = True
-
-    def outcome(
-        self, reply: list, args: tuple, kwargs: dict | None, streamed: bool = False
-    ) -> object:
-        """What the test sees of a call's reply: its value, a handle, or the exception."""
+        reply = self.ask(wire)
         kind = reply[0]
-        if streamed and kind == "ok" and len(reply) == 2:
-            return reply[1]
-        if not streamed and kind == "ok" and len(reply) == 3 and type(reply[2]) is list:
-            self._apply(reply[2], args, kwargs or {})
+        if kind == "ok" and len(reply) == 3 and type(reply[2]) is list:
+            self._apply(reply[2], args, kwargs)
             return reply[1]
         if kind == "obj" and len(reply) == 2 and type(reply[1]) is int:
             return _Handle(self, reply[1])
@@ -283,48 +250,6 @@ class _Services:
         reader = self._link.reader
         self._link.started = time.monotonic()
         reader.deadline = None if seconds is None else self._link.started + max(0.0, seconds)
-
-    def each(self, fn: object, calls: list, limits: list):  # type: ignore[no-untyped-def]
-        """``fn(*args)`` for each ``args`` in ``calls``, yielded in order: the program's
-        answers to one request, which it computes one after another without waiting for
-        the judge (a call across the socket per input cost far more than most inputs).
-
-        Each answer must arrive within its ``limits[i]`` seconds of the one before it
-        (the first: of now), and all before the deadline the test set (``deadline``); a
-        miss is ``ProgramLate`` naming the input. Times are the judge's, by arrival: a
-        program that holds an answer back only moves that time onto the input it held,
-        so no run of inputs takes longer than the sum of their limits. A call that raises
-        raises here, and the program stops at it. Arguments go as copies: the program's
-        changes to them do not come back (``call`` carries them; this does not).
-        """
-        if type(fn) is not _Proxy:  # the test's own function: called here, in turn
-            for args in calls:
-                yield fn(*args)
-            return
-        link = self._link
-        try:
-            wire = ["map", fn._target, [[_arg(a) for a in args] for args in calls], fn._loose]
-        except _plain.NotPlain as e:
-            raise TypeError(
-                f"the test passed {e} to the program; only plain data crosses"
-            ) from None
-        link.ask_stream(wire)
-        reader, cap = link.reader, link.reader.deadline
-        try:
-            for i in range(len(calls)):
-                link.started = time.monotonic()
-                until = link.started + max(0.0, limits[i])
-                reader.deadline = until if cap is None else min(cap, until)
-                why = f"the program did not answer input {i} within {limits[i]:.3g}s"
-                if cap is not None and cap < until:
-                    why = "the program did not answer all its inputs in the time the test gave"
-                reply = link.reply(why)
-                if reply[0] == "raise":
-                    link.streaming = False  # the program stopped at it
-                yield link.outcome(reply, calls[i], None, streamed=True)
-            link.streaming = False
-        finally:
-            reader.deadline = cap
 
     def memo(self, key: str, make):  # type: ignore[no-untyped-def]
         """``make()``, computed once per judge for ``key`` (a digest of everything it

@@ -15,20 +15,13 @@ Requests (judge -> program), replies (program -> judge), all ``_plain`` messages
   list, dict, set and bytearray arguments the call changed, as ``[position, v]``. With a
   fifth item, true (``loose``), a result that is not plain data is sent as its plain base
   (``_plain.loosen``) or, failing that, kept here and answered as ``["obj", handle]``;
-- ``["attr", handle, name]`` -> ``["fn"]``, ``["val", v]`` or ``["bad", why]``;
-- ``["map", target, [args, ...], loose]``: the target called on each argument list in
-  turn, one reply per call as for ``call`` but without ``mutated`` (``["ok", v]``), the
-  replies streamed without waiting for the judge and ending after the first ``raise`` or
-  ``bad``. Many calls cost one request: the judge times each answer by when it arrives
-  (``_judge._Services.each``).
+- ``["attr", handle, name]`` -> ``["fn"]``, ``["val", v]`` or ``["bad", why]``.
 """
 
 from __future__ import annotations
 
 import builtins
 import itertools
-import os
-import time
 import types
 
 import _plain
@@ -37,10 +30,6 @@ MAX_REPLY = 16 << 20
 """A reply larger than this is refused by the judge as well (``_judge.MAX_REPLY``)."""
 MAX_REQUEST = 256 << 20
 _MUTABLE = (list, dict, set, bytearray)
-FLUSH_S = 0.002
-"""A streamed reply waits at most this long for the ones after it: one write, and one
-wake-up of the judge, for many answers, and still a prompt answer to a slow call."""
-FLUSH_BYTES = 1 << 16
 
 
 def serve(g: dict, fd: int) -> None:
@@ -57,10 +46,6 @@ def serve(g: dict, fd: int) -> None:
             return
         try:
             msg = decode(raw)
-            if type(msg) is list and len(msg) == 4 and msg[0] == "map":
-                if not _map(g, objects, msg, fd):
-                    return
-                continue
             reply = _answer(g, objects, msg)
             data = _plain.dumps(reply)
         except _plain.NotPlain as e:
@@ -111,8 +96,9 @@ def _describe(value: object) -> list:
         return ["none"]
 
 
-def _target(g: dict, objects: dict, target: list) -> object:
-    """The function ``target`` names, or the error reply when there is none."""
+def _call(
+    g: dict, objects: dict, target: list, args: list, kwargs: dict | None, loose: bool = False
+) -> list:
     if target[0] == "g":
         fn = g.get(target[1], _MISSING)
     else:
@@ -122,32 +108,9 @@ def _target(g: dict, objects: dict, target: list) -> object:
         return ["bad", f"{target[-1]!r} is not defined"]
     if not callable(fn):
         return ["raise", ["TypeError", "Exception"], f"{target[-1]!r} is not callable"]
-    return fn
-
-
-def _call(
-    g: dict, objects: dict, target: list, args: list, kwargs: dict | None, loose: bool = False
-) -> list:
-    fn = _target(g, objects, target)
-    if type(fn) is list:
-        return fn
     kwargs = kwargs or {}
     # bytes, not trees: a list of scalars is its own tree, so a tree would change with it
     before = {k: _plain.dumps(_plain.tree(v)) for k, v in _mutable(args, kwargs)}
-    reply = _result(fn, args, kwargs, loose, objects, target[-1])
-    if reply[0] != "ok":
-        return reply
-    changed = []
-    for k, v in _mutable(args, kwargs):
-        after = _plain.tree(v)
-        if _plain.dumps(after) != before[k]:
-            changed.append([k, after])
-    return [*reply, changed]
-
-
-def _result(fn, args: list, kwargs: dict, loose: bool, objects: dict, name: object) -> list:  # type: ignore[no-untyped-def]
-    """``fn(*args, **kwargs)`` as a reply: ``["ok", v]``, ``["obj", handle]``, ``raise``
-    or ``bad``."""
     try:
         result = fn(*args, **kwargs)
         if isinstance(fn, type):
@@ -163,7 +126,7 @@ def _result(fn, args: list, kwargs: dict, loose: bool, objects: dict, name: obje
             value = _plain.tree(result)
     except _plain.NotPlain as e:
         if not loose:
-            return ["bad", f"{name} returned {e}"]
+            return ["bad", f"{target[-1]} returned {e}"]
         try:
             value = _plain.tree(_plain.loosen(result))
         except _plain.NotPlain:
@@ -172,53 +135,12 @@ def _result(fn, args: list, kwargs: dict, loose: bool, objects: dict, name: obje
             return ["obj", handle]
     except BaseException as e:
         return _raised(e)
-    return ["ok", value]
-
-
-def _map(g: dict, objects: dict, msg: list, fd: int) -> bool:
-    """Answer a ``map`` request, the replies streamed; False when the judge is gone."""
-    _, target, calls, loose = msg
-    fn = _target(g, objects, target) if type(target) is list and target else ["bad", "no target"]
-    if type(calls) is not list:
-        fn = ["bad", "malformed map request"]
-    out, last = bytearray(), time.monotonic()
-    for args in calls if type(fn) is not list else [None]:
-        if type(fn) is list:
-            reply = fn
-        elif type(args) is not list:
-            reply = ["bad", "malformed map request"]
-        else:
-            reply = _result(fn, args, {}, loose is True, objects, target[-1])
-        try:
-            data = _plain.dumps(reply)
-        except _plain.NotPlain as e:
-            reply, data = ["bad"], _plain.dumps(["bad", str(e)[:500]])
-        except RecursionError:
-            reply, data = ["bad"], _plain.dumps(["bad", "the result is nested too deeply"])
-        if len(data) > MAX_REPLY:
-            reply = ["bad"]
-            data = _plain.dumps(["bad", f"a reply of {len(data)} bytes (over {MAX_REPLY})"])
-        out += _plain.frame(data)
-        end = reply[0] in ("raise", "bad")
-        now = time.monotonic()
-        if end or len(out) >= FLUSH_BYTES or now - last >= FLUSH_S:
-            if not _write(fd, out):
-                return False
-            out.clear()
-            last = now
-        if end:
-            break
-    return _write(fd, out)
-
-
-def _write(fd: int, data: bytearray) -> bool:
-    view = memoryview(data)
-    try:
-        while view:
-            view = view[os.write(fd, view) :]
-    except OSError:
-        return False
-    return True
+    changed = []
+    for k, v in _mutable(args, kwargs):
+        after = _plain.tree(v)
+        if _plain.dumps(after) != before[k]:
+            changed.append([k, after])
+    return ["ok", value, changed]
 
 
 def _mutable(args: list, kwargs: dict):  # type: ignore[no-untyped-def]
