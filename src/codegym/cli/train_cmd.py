@@ -51,6 +51,15 @@ def train(
             "into train and held out; overrides tasks.suite."
         ),
     ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="Generate through this model server (codegym serve-model, e.g. "
+            "http://127.0.0.1:8000/v1), pushing the weights to it after every step; "
+            "overrides server.url.",
+            show_default=False,
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
     metrics_port: MetricsPortOption = None,
     mlflow: Annotated[bool, typer.Option(help="Track the run in MLflow.")] = False,
@@ -62,9 +71,11 @@ def train(
     """GRPO-train a model on synthetic tasks or any suite with the settings in CONFIG."""
     start_telemetry(metrics_port, trace_file)
     from codegym.models import ensure_tiny_model
+    from codegym.policies.errors import PolicyError
     from codegym.rollout import RolloutAborted
     from codegym.train import ConfigError, Trainer, load_config
     from codegym.train.checkpoint import CheckpointError
+    from codegym.train.weights_http import WeightsPushError
 
     try:
         cfg = load_config(config)
@@ -74,6 +85,10 @@ def train(
         cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"steps": steps})})
     if suite is not None:
         cfg = cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"suite": suite})})
+    if server is not None:
+        if not server.startswith(("http://", "https://")):
+            fail(f"--server {server!r}: give an http(s) URL such as http://127.0.0.1:8000/v1")
+        cfg = cfg.model_copy(update={"server": cfg.server.model_copy(update={"url": server})})
     model_dir = model or (Path(cfg.model.path) if cfg.model.path else None)
     if model_dir is None:
         console.print("building or loading the tiny model (cached after the first time)")
@@ -94,7 +109,7 @@ def train(
 
         try:
             trainer = Trainer(cfg, model_dir, on_step=on_step)
-        except CheckpointError as e:
+        except (CheckpointError, PolicyError, WeightsPushError) as e:
             fail(str(e))
         bar.update(job, completed=trainer.step)
         try:

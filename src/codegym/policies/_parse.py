@@ -132,6 +132,9 @@ def parse_response(body: Any, mode: Mode, n: int, model_s: float) -> list[Genera
             raise BadResponse("choice.finish_reason is not a string")
         token_ids = _int_tuple(choice.get("token_ids"), "choice.token_ids") or lp_ids
         prompt_ids = _int_tuple(choice.get("prompt_token_ids"), "choice.prompt_token_ids")
+        version = choice.get("policy_version", body.get("policy_version"))
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+            raise BadResponse("choice.policy_version is not an int")
         if token_ids is not None:
             tokens_out: int | None = len(token_ids)
         elif logprobs is not None:
@@ -150,6 +153,7 @@ def parse_response(body: Any, mode: Mode, n: int, model_s: float) -> list[Genera
                 prompt_token_ids=prompt_ids or shared_prompt_ids,
                 token_ids=token_ids,
                 logprobs=logprobs,
+                policy_version=version,
                 tool_calls=tool_calls,
             )
         )

@@ -103,7 +103,8 @@ class Generation:
     logprobs: tuple[float, ...] | None = None
     """Log-probability of each generated token, aligned with ``token_ids``."""
     policy_version: int | None = None
-    """Weights version that produced it (set by trainable policies; None for servers)."""
+    """Weights version that produced it: set by trainable policies and by servers that
+    report one (``codegym serve-model``'s ``policy_version``); None otherwise (vLLM)."""
     tool_calls: tuple[dict[str, Any], ...] = ()
     """Chat tool calls (``{"id", "type", "function": {"name", "arguments"}}``), if any."""
 

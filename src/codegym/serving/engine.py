@@ -163,6 +163,7 @@ class ServingEngine:
                     "root": str(self.policy.model_dir),
                     "max_model_len": self.policy.context_length,
                     "policy_version": self.policy.policy_version,
+                    "logprobs_mode": self.policy.logprobs_mode,
                 }
             ],
         }

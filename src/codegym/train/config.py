@@ -5,8 +5,8 @@
 
 Sections: ``model`` (what to train), ``env`` (which environment scores), ``run`` (steps,
 mode, staleness, seed), ``optim``, ``grpo`` (loss), ``sampling``, ``tasks`` (a suite split
-by task id, or a synthetic family with two seeds), ``sandbox`` (tier, workers, limits) and
-``checkpoint``.
+by task id, or a synthetic family with two seeds), ``sandbox`` (tier, workers, limits),
+``checkpoint`` and ``server`` (generate through a model server instead of in-process).
 Unknown keys are refused (a typo must not be silently ignored); every field has a default,
 so an empty file is a valid run. ``digest()`` hashes everything that changes the trained
 weights, and a resumed run refuses a checkpoint made under a different digest.
@@ -171,6 +171,32 @@ class CheckpointSection(_Section):
     checkpoint by it is kept besides the newest ``keep``."""
 
 
+class ServerSection(_Section):
+    url: str | None = None
+    """Generate through this OpenAI-compatible model server (``codegym serve-model``, or
+    vLLM with a weight route), e.g. ``http://127.0.0.1:8000/v1``; it gets the new weights
+    after every step. None: sample in the trainer's own process (``LocalPolicy``)."""
+    model: str | None = None
+    """The served model name; None: the server's first model."""
+    token_env: str = "CODEGYM_SERVER_TOKEN"
+    """Environment variable holding the bearer token (unset: no token). Not in the file,
+    so configs can be shared."""
+    stage_dir: str | None = None
+    """A folder the server can read, where each step's weights are written; None:
+    ``<checkpoint.dir>/stage`` (fine when the server runs on this machine)."""
+    wait_s: Annotated[float, Field(gt=0)] = 600.0
+    """How long a step waits for a server that stopped answering before episodes fail."""
+    concurrency: Annotated[int, Field(ge=1)] = 64
+    """Requests in flight at the server."""
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError(f"{url!r}: give an http(s) URL such as http://127.0.0.1:8000/v1")
+        return url
+
+
 class TrainConfig(_Section):
     """Everything a training run needs (see the module docstring for the sections)."""
 
@@ -183,6 +209,7 @@ class TrainConfig(_Section):
     tasks: TasksSection = TasksSection()
     sandbox: SandboxSection = SandboxSection()
     checkpoint: CheckpointSection = CheckpointSection()
+    server: ServerSection = ServerSection()
 
     @model_validator(mode="after")
     def _heldout_to_score(self) -> TrainConfig:
@@ -198,6 +225,7 @@ class TrainConfig(_Section):
         body = self.model_dump(mode="json")
         body["run"].pop("steps")
         body["run"].pop("metrics_file")
+        body.pop("server")  # where generation runs; a resume may use another server
         body.pop("checkpoint")
         if body["tasks"]["suite"] is None:  # digests of configs from before suites stay
             for k in ("suite", "heldout_fraction", "split_seed"):

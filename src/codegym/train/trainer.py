@@ -11,6 +11,10 @@ seed and step), runs them through the rollout engine (``CodeEnv`` in token mode,
 turns each group's rewards into advantages, trains on the trajectories' own token ids,
 loss masks and behaviour logprobs, and pushes the new weights to the policy hook.
 
+Where generation runs: in this process (``LocalPolicy``, the default) or in a model server
+(``server.url``: ``ServerPolicy``, which gets the weights after every step and survives the
+server's restart; ``codegym.train.server_policy``).
+
 Modes:
 - ``sync``: step t's groups are generated entirely by weights t (on-policy; staleness 0).
   With the same config and seed two runs give the same weights (CPU, same thread count).
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import time
 from collections.abc import Callable
@@ -60,9 +65,10 @@ from codegym.train.checkpoint import (
 from codegym.train.config import TrainConfig
 from codegym.train.grpo import group_advantages, grpo_loss, token_logprobs
 from codegym.train.policy import LocalPolicy, PromptTokenizer, TrainablePolicy
+from codegym.train.server_policy import ServerPolicy
 from codegym.train.split import LINEAGE_FILE, split_tasks
 
-__all__ = ["Sample", "Trainer", "build_batch"]
+__all__ = ["Sample", "Trainer", "build_batch", "make_policy"]
 
 
 @dataclass(frozen=True)
@@ -159,9 +165,7 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, lambda s: min(1.0, (s + 1) / o.warmup_steps) if o.warmup_steps else 1.0
         )
-        self.policy: TrainablePolicy = policy or LocalPolicy(
-            self.model_dir, max_batch=config.sampling.max_batch, seed=config.run.seed
-        )
+        self.policy: TrainablePolicy = policy or make_policy(config, self.model_dir)
         tok = self.policy.tokenizer
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
         self.step = 0
@@ -173,6 +177,9 @@ class Trainer:
         """The content id of the weights training continues from (lineage's ``parent``)."""
         self.last_metrics: dict[str, Any] = {}
         self._resume()
+        if self.step == 0 and isinstance(self.policy, ServerPolicy):
+            # The server may hold anything (another run's weights): start it from ours.
+            self.policy.load_weights(self.model.state_dict())
 
     # -- checkpoints -------------------------------------------------------------------
     def _resume(self) -> None:
@@ -395,6 +402,8 @@ class Trainer:
                 if not pending.done():
                     pending.cancel()
                     await asyncio.gather(pending, return_exceptions=True)
+                if isinstance(self.policy, ServerPolicy):
+                    await self.policy.aclose()  # its HTTP session belongs to this loop
         return metrics
 
     def save_final(self, out: Path | None = None) -> Path:
@@ -412,6 +421,24 @@ class Trainer:
         }
         (target / LINEAGE_FILE).write_text(json.dumps(lineage, indent=1) + "\n")
         return target
+
+
+def make_policy(config: TrainConfig, model_dir: Path) -> TrainablePolicy:
+    """The policy ``config`` asks for: a model server's client (``server.url``), else an
+    in-process sampler of ``model_dir``."""
+    s = config.server
+    if s.url is None:
+        return LocalPolicy(model_dir, max_batch=config.sampling.max_batch, seed=config.run.seed)
+    return ServerPolicy(
+        s.url,
+        model_dir,
+        s.stage_dir or Path(config.checkpoint.dir) / "stage",
+        model=s.model,
+        token=os.environ.get(s.token_env) or None,
+        concurrency=s.concurrency,
+        wait_s=s.wait_s,
+        temperature=config.sampling.temperature,
+    )
 
 
 def training_executor(
