@@ -150,3 +150,59 @@ def test_raw_logprobs_at_another_temperature_are_refused(toy_model: Path, tmp_pa
             ServerPolicy(srv.base_url, toy_model, tmp_path, temperature=0.7)
     with ModelServer(toy_model, logprobs_mode="tempered") as srv:
         ServerPolicy(srv.base_url, toy_model, tmp_path, temperature=0.7).close()
+
+
+async def test_async_training_through_a_server_bounds_staleness(
+    toy_model: Path, tmp_path: Path
+) -> None:
+    with ModelServer(toy_model) as srv:
+        over = {"steps": 3, "mode": "async", "max_staleness": 1}
+        cfg = small_config(str(tmp_path / "run"), run=over, server={"url": srv.base_url})
+        trainer = Trainer(parse_config(cfg), toy_model)
+        metrics = await trainer.run()
+        assert [m["step"] for m in metrics] == [1, 2, 3]
+        for m in metrics:
+            assert m["staleness_max"] <= 1 and m["excluded"] == 0
+            assert m["groups_used"] + m["groups_stale"] + m["groups_no_signal"] == m["groups"]
+        trainer.policy.close()
+
+
+@pytest.mark.slow
+def test_a_killed_trainer_resumes_and_brings_the_server_to_its_checkpoint(
+    toy_model: Path, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file
+
+    helper = Path(__file__).parent / "train_helpers.py"
+    steps = 4
+    run = tmp_path / "run"
+
+    def start(cfg: dict[str, object]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, str(helper), json.dumps(cfg), str(toy_model)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+
+    with ModelServer(toy_model) as srv:
+        cfg = small_config(str(run), run={"steps": steps}, server={"url": srv.base_url})
+        p = start(cfg)
+        half = run / f"ckpt-{steps // 2:06d}" / "COMPLETE"
+        deadline = time.monotonic() + 240
+        while not half.exists():
+            assert p.poll() is None, p.stderr.read().decode()[-2000:] if p.stderr else ""
+            assert time.monotonic() < deadline, "no half-way checkpoint"
+            time.sleep(0.02)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        assert not (run / f"ckpt-{steps:06d}").exists()
+        p = start(cfg)
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err.decode()[-2000:]
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(ln)["step"] for ln in lines] == list(range(1, steps + 1))
+        final = load_file(str(run / f"ckpt-{steps:06d}" / "model.safetensors"))
+        served = srv.policy.model.state_dict()
+        for k, v in final.items():
+            assert torch.equal(served[k], v), k
