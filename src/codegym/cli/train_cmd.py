@@ -13,6 +13,9 @@ checkpoint is kept, so rerunning after the fix resumes.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,6 +41,13 @@ def _line(m: dict[str, Any]) -> str:
     )
 
 
+def _torchrun(nproc: int, args: list[str]) -> int:
+    """``codegym train ARGS`` in ``nproc`` processes under torchrun; its exit code."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", str(nproc), "-m", "codegym.cli", "train", *args]  # fmt: skip
+    return subprocess.run(cmd, check=False).returncode
+
+
 def train(
     config: Annotated[Path, typer.Argument(help="TOML or YAML training config")],
     model: Annotated[
@@ -60,6 +70,13 @@ def train(
             show_default=False,
         ),
     ] = None,
+    nproc_per_node: Annotated[
+        int,
+        typer.Option(
+            help="Train data-parallel in this many processes (DDP over gloo; launched with "
+            "torchrun; each runs its share of every step's tasks)."
+        ),
+    ] = 1,
     quiet: Annotated[bool, typer.Option(help="no progress bar")] = False,
     metrics_port: MetricsPortOption = None,
     mlflow: Annotated[bool, typer.Option(help="Track the run in MLflow.")] = False,
@@ -69,6 +86,21 @@ def train(
     trace_file: TraceFileOption = None,
 ) -> None:
     """GRPO-train a model on synthetic tasks or any suite with the settings in CONFIG."""
+    if nproc_per_node < 1:
+        fail(f"--nproc-per-node {nproc_per_node}: use 1 or more")
+    if nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
+        if metrics_port is not None or trace_file is not None:
+            fail(
+                "--metrics-port and --trace-file with --nproc-per-node: every process would "
+                "use the same port or file; run torchrun yourself and give each its own"
+            )
+        given = {"--model": model, "--steps": steps, "--suite": suite, "--server": server,
+                 "--mlflow-uri": mlflow_uri}  # fmt: skip
+        args = [str(config)] + [a for k, v in given.items() if v is not None for a in (k, str(v))]
+        args += ["--quiet"] * quiet + ["--mlflow"] * mlflow
+        raise typer.Exit(_torchrun(nproc_per_node, args))
+    if int(os.environ.get("RANK", "0")) > 0:  # rank 0 shows progress and tracks the run
+        quiet, mlflow = True, False
     start_telemetry(metrics_port, trace_file)
     from codegym.models import ensure_tiny_model
     from codegym.policies.errors import PolicyError
@@ -109,7 +141,7 @@ def train(
 
         try:
             trainer = Trainer(cfg, model_dir, on_step=on_step)
-        except (CheckpointError, PolicyError, WeightsPushError) as e:
+        except (CheckpointError, ConfigError, PolicyError, WeightsPushError) as e:
             fail(str(e))
         bar.update(job, completed=trainer.step)
         try:
@@ -117,6 +149,8 @@ def train(
         except RolloutAborted as e:
             fail(f"training stopped at step {trainer.step}: {e.diagnosis}", code=3)
         final = trainer.save_final()
+        if not trainer.world.leader:
+            return
         if mf is not None:  # the run's report (its metrics, step by step) and the model
             mf.log_artifact(Path(cfg.checkpoint.dir) / cfg.run.metrics_file, "report")
             mf.log_artifact(final, "checkpoint")

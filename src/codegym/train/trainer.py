@@ -37,11 +37,13 @@ import os
 import random
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from codegym.envs.env import Resources
@@ -62,13 +64,14 @@ from codegym.train.checkpoint import (
     read_record,
     save_checkpoint,
 )
-from codegym.train.config import TrainConfig
+from codegym.train.config import ConfigError, TrainConfig
+from codegym.train.distributed import World, current_world
 from codegym.train.grpo import group_advantages, grpo_loss, token_logprobs
 from codegym.train.policy import LocalPolicy, PromptTokenizer, TrainablePolicy
 from codegym.train.server_policy import ServerPolicy
 from codegym.train.split import LINEAGE_FILE, split_tasks
 
-__all__ = ["Sample", "Trainer", "build_batch", "make_policy"]
+__all__ = ["Sample", "Trainer", "build_batch", "training_policy"]
 
 
 @dataclass(frozen=True)
@@ -145,8 +148,16 @@ class Trainer:
         policy: TrainablePolicy | None = None,
         *,
         on_step: Callable[[dict[str, Any]], None] | None = None,
+        world: World | None = None,
     ) -> None:
         self.config = config
+        self.world = world or current_world()
+        if self.world.distributed and config.server.url is not None:
+            raise ConfigError(
+                "server.url with several training processes is not supported yet (each rank "
+                "would push its own copy of the weights); train with one process, or "
+                "generate in-process"
+            )
         self.model_dir = Path(model_dir)
         self.run_dir = Path(config.checkpoint.dir)
         self.on_step = on_step
@@ -165,7 +176,7 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, lambda s: min(1.0, (s + 1) / o.warmup_steps) if o.warmup_steps else 1.0
         )
-        self.policy: TrainablePolicy = policy or make_policy(config, self.model_dir)
+        self.policy: TrainablePolicy = policy or training_policy(config, self.model_dir)
         tok = self.policy.tokenizer
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
         self.step = 0
@@ -177,6 +188,9 @@ class Trainer:
         """The content id of the weights training continues from (lineage's ``parent``)."""
         self.last_metrics: dict[str, Any] = {}
         self._resume()
+        self.ddp: DistributedDataParallel | None = (
+            DistributedDataParallel(self.model) if self.world.distributed else None
+        )
         if self.step == 0 and isinstance(self.policy, ServerPolicy):
             # The server may hold anything (another run's weights): start it from ours.
             self.policy.load_weights(self.model.state_dict())
@@ -202,7 +216,7 @@ class Trainer:
         self.policy.load_weights(self.model.state_dict())
         # Steps logged after the checkpoint by the killed run are redone: drop their lines.
         mf = self.run_dir / self.config.run.metrics_file
-        if mf.is_file():
+        if mf.is_file() and self.world.leader:
             keep = [ln for ln in mf.read_text().splitlines() if json.loads(ln)["step"] <= self.step]
             mf.write_text("".join(ln + "\n" for ln in keep))
 
@@ -231,7 +245,8 @@ class Trainer:
 
     # -- rollouts ----------------------------------------------------------------------
     def tasks_for(self, step: int) -> list[Task]:
-        """The step's tasks: a seeded draw without replacement from the training pool."""
+        """The step's tasks: a seeded draw without replacement from the training pool
+        (all of them; each rank runs its ``world.shard`` of the list)."""
         rng = random.Random(f"codegym-train/{self.config.run.seed}/{step}")
         k = min(self.config.grpo.groups_per_step, len(self.pool))
         return rng.sample(self.pool, k)
@@ -242,7 +257,7 @@ class Trainer:
     async def rollout(
         self, executor: LocalExecutor, step: int
     ) -> tuple[list[Group], dict[str, float]]:
-        tasks = self.tasks_for(step)
+        tasks = self.world.shard(self.tasks_for(step))
         c = self.config
         cfg = RolloutConfig(
             group_size=c.grpo.group_size,
@@ -280,10 +295,12 @@ class Trainer:
             seed=7_919 * (self.step + 1),
         )
         fracs = []
-        async for g in RolloutEngine(executor, cfg, env=c.env.name).run(list(self.split.heldout)):
+        mine = self.world.shard(list(self.split.heldout))
+        async for g in RolloutEngine(executor, cfg, env=c.env.name).run(mine):
             if g.trajectories:
                 passed = sum(t.outcome in PASSING_OUTCOMES for t in g.trajectories)
                 fracs.append(passed / len(g.trajectories))
+        fracs = [f for part in self.world.gather(fracs) for f in part]
         return sum(fracs) / len(fracs) if fracs else 0.0
 
     def _counters(self) -> tuple[float, float]:
@@ -292,38 +309,54 @@ class Trainer:
 
     # -- optimisation ------------------------------------------------------------------
     def train_step(self, batch: list[Sample]) -> dict[str, float]:
-        """Optimizer step(s) on ``batch`` (``epochs_per_batch`` passes); returns loss stats."""
+        """Optimizer step(s) on ``batch`` (``epochs_per_batch`` passes); returns loss stats.
+
+        Distributed, ``batch`` is this rank's part: each micro-batch's loss is weighted by
+        its share of the global batch and scaled by the world size (DDP averages), so the
+        gradient is the one-process gradient of the whole batch.
+        """
         c = self.config
-        out = {"loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "tokens": 0.0}
-        if not batch:
+        w = self.world
+        keys = ("loss", "kl", "clip_frac", "ratio_mean", "tokens")
+        out = dict.fromkeys(keys, 0.0)
+        total_tok, total_seq = w.sum([sum(sum(s.loss_mask) for s in batch), len(batch)])
+        if not total_seq:
             return out
-        self.model.train()
-        total_tok = sum(sum(s.loss_mask) for s in batch)
+        model = self.ddp or self.model
         mb = c.optim.micro_batch
+        # DDP syncs gradients in each rank's last backward, so every rank runs as many.
+        n_micro = w.max(-(-len(batch) // mb))
+        self.model.train()
         for _ in range(c.optim.epochs_per_batch):
             self.opt.zero_grad(set_to_none=True)
-            agg = {k: 0.0 for k in out}
-            for i in range(0, len(batch), mb):
-                micro = batch[i : i + mb]
-                ids, attn, mask, old, adv = _collate(micro, self.pad_id)
-                logp = token_logprobs(self.model, ids, attn, c.sampling.temperature)
-                ref = None
-                if self.ref is not None:
-                    with torch.no_grad():
-                        ref = token_logprobs(self.ref, ids, attn, c.sampling.temperature)
-                loss, st = grpo_loss(
-                    logp, old, adv, mask, ref_logp=ref, clip_eps=c.grpo.clip_eps,
-                    clip_eps_high=c.grpo.clip_eps_high, kl_coef=c.grpo.kl_coef,
-                    agg=c.grpo.loss_agg,
-                )  # fmt: skip
-                # Micro-batches are weighted so the sum equals the loss over the whole batch.
-                if c.grpo.loss_agg == "token":
-                    w = st.tokens / max(1, total_tok)
-                else:
-                    w = sum(1 for s in micro if any(s.loss_mask)) / len(batch)
-                (loss * w).backward()  # type: ignore[no-untyped-call]
-                agg["loss"] += loss.item() * w
-                tw = st.tokens / max(1, total_tok)
+            agg = dict.fromkeys(keys, 0.0)
+            for j in range(n_micro):
+                micro = batch[j * mb : (j + 1) * mb]
+                sync = self.ddp is None or j == n_micro - 1
+                with nullcontext() if sync else model.no_sync():  # type: ignore[operator]
+                    ids, attn, mask, old, adv = _collate(micro or [self._filler], self.pad_id)
+                    logp = token_logprobs(model, ids, attn, c.sampling.temperature)
+                    ref = None
+                    if self.ref is not None:
+                        with torch.no_grad():
+                            ref = token_logprobs(self.ref, ids, attn, c.sampling.temperature)
+                    loss, st = grpo_loss(
+                        logp, old, adv, mask, ref_logp=ref, clip_eps=c.grpo.clip_eps,
+                        clip_eps_high=c.grpo.clip_eps_high, kl_coef=c.grpo.kl_coef,
+                        agg=c.grpo.loss_agg,
+                    )  # fmt: skip
+                    # Weighted so the micro-batches' sum is the loss over the global batch.
+                    if not micro:
+                        wt = 0.0  # a filler: keeps the backward count, adds nothing
+                    elif c.grpo.loss_agg == "token":
+                        wt = st.tokens / max(1.0, total_tok)
+                    else:
+                        wt = sum(1 for s in micro if any(s.loss_mask)) / total_seq
+                    (loss * (wt * w.size)).backward()  # type: ignore[no-untyped-call]
+                if not micro:
+                    continue
+                agg["loss"] += loss.item() * wt
+                tw = st.tokens / max(1.0, total_tok)
                 agg["kl"] += st.kl * tw
                 agg["clip_frac"] += st.clip_frac * tw
                 agg["ratio_mean"] += st.ratio_mean * tw
@@ -331,9 +364,14 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.optim.max_grad_norm)
             self.opt.step()
             self.sched.step()
-            out = agg
+            out = dict(zip(keys, w.sum([agg[k] for k in keys]), strict=True))
         self.model.eval()  # type: ignore[no-untyped-call]
         return out
+
+    @property
+    def _filler(self) -> Sample:
+        """A two-token sample, weighted 0, for a rank with fewer micro-batches."""
+        return Sample((self.pad_id, self.pad_id), (0, 1), (0.0, 0.0), 0.0)
 
     # -- the loop ----------------------------------------------------------------------
     async def run(self) -> list[dict[str, Any]]:
@@ -357,6 +395,7 @@ class Trainer:
                     batch, ginfo = build_batch(
                         groups, self.policy.current_version(), c.run.max_staleness, c.grpo.adv_eps
                     )
+                    roll, ginfo = _merge_ranks(self.world.gather((roll, ginfo)))
                     t0 = time.perf_counter()
                     stats = await asyncio.to_thread(self.train_step, batch)
                     train_s = time.perf_counter() - t0
@@ -389,15 +428,18 @@ class Trainer:
                         kl=float(row.get("kl", 0.0)),
                         loss=float(row.get("loss", 0.0)),
                     )
-                    with open(self.run_dir / c.run.metrics_file, "a") as f:
-                        f.write(json.dumps(row) + "\n")
-                    # The step's line goes out before its checkpoint: a kill between the
-                    # two redoes the step on resume (its line is dropped then), while the
-                    # other order lost the line of a checkpointed step for good.
+                    if self.world.leader:
+                        with open(self.run_dir / c.run.metrics_file, "a") as f:
+                            f.write(json.dumps(row) + "\n")
+                        # The step's line goes out before its checkpoint: a kill between
+                        # the two redoes the step on resume (its line is dropped then),
+                        # while the other order lost the line of a checkpointed step.
+                        if saving:
+                            await asyncio.to_thread(self.save)
+                        if self.on_step is not None:
+                            self.on_step(row)
                     if saving:
-                        await asyncio.to_thread(self.save)
-                    if self.on_step is not None:
-                        self.on_step(row)
+                        self.world.barrier()  # no rank runs ahead of a checkpoint
             finally:
                 if not pending.done():
                     pending.cancel()
@@ -409,6 +451,9 @@ class Trainer:
     def save_final(self, out: Path | None = None) -> Path:
         """The trained model in Hugging Face format (for eval, serving, the gate)."""
         target = out or self.run_dir / "final"
+        if not self.world.leader:
+            self.world.barrier()
+            return target
         self.model.save_pretrained(target, safe_serialization=True)
         self.policy.tokenizer.save_pretrained(target)
         lineage = {
@@ -420,10 +465,44 @@ class Trainer:
             "code_version": code_version(),
         }
         (target / LINEAGE_FILE).write_text(json.dumps(lineage, indent=1) + "\n")
+        self.world.barrier()
         return target
 
 
-def make_policy(config: TrainConfig, model_dir: Path) -> TrainablePolicy:
+_SUMMED = ("episodes", "excluded", "tokens_generated", "sandbox_s", "groups", "groups_used",
+           "groups_stale", "groups_no_signal")  # fmt: skip
+_SLOWEST = ("rollout_s", "generate_s", "staleness_max")
+
+
+def _merge_ranks(
+    parts: list[tuple[dict[str, float], dict[str, float]]],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """One step's rollout and group stats over every rank: counts summed, times the
+    slowest rank's, means weighted by what they are means of."""
+    if len(parts) == 1:
+        return parts[0]
+    rolls, infos = [p[0] for p in parts], [p[1] for p in parts]
+    merged = []
+    for rows in (rolls, infos):
+        m = dict(rows[0])
+        for k in m:
+            if k in _SUMMED:
+                m[k] = sum(r[k] for r in rows)
+            elif k in _SLOWEST:
+                m[k] = max(r[k] for r in rows)
+        merged.append(m)
+    roll, info = merged
+    n = roll["episodes"]
+    for k in ("reward_mean", "pass_rate"):
+        roll[k] = sum(r[k] * r["episodes"] for r in rolls) / n if n else 0.0
+    used = info["groups_used"]
+    info["staleness_mean"] = (
+        sum(r["staleness_mean"] * r["groups_used"] for r in infos) / used if used else 0.0
+    )
+    return roll, info
+
+
+def training_policy(config: TrainConfig, model_dir: Path) -> TrainablePolicy:
     """The policy ``config`` asks for: a model server's client (``server.url``), else an
     in-process sampler of ``model_dir``."""
     s = config.server
