@@ -10,6 +10,16 @@
 
 An ``inconclusive`` or ``regressed`` verdict is reported as it is: the demo does not retry
 or tune until it looks good.
+
+With ``--mlflow`` (``--mlflow-uri``, default ``./mlruns``) the demo is one MLflow run: the
+training config as params, the training metrics per step (step = training step), the
+held-out pass@1 of both models with their CIs and the gate's delta, CI, p-value and MDE as
+metrics (the keys of ``summary.json``), the verdict and the trained checkpoint's lineage as
+tags (``verdict``, ``lineage.checkpoint``...), and as artifacts the report, both eval run
+folders, ``lineage.json`` and the trained checkpoint. ``--register-model NAME`` (which implies
+``--mlflow``) registers that checkpoint as a new version of the model NAME when the verdict
+is ``improved``, with the lineage and verdict as the version's tags; otherwise it says that
+nothing was registered. mlflow is imported only then.
 """
 
 from __future__ import annotations
@@ -19,11 +29,14 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from codegym.cli._common import console, fail
+from codegym.cli._common import console, fail, mlflow_run
+
+if TYPE_CHECKING:
+    from codegym.telemetry.tracking import Tracker
 
 DEMO_CONFIG: dict[str, Any] = {
     "model": {"threads": 1},  # 1 thread: faster than 2 for this tiny model on 2 cores
@@ -53,6 +66,18 @@ def demo(
     family: Annotated[str, typer.Option(help="Synthetic task family.")] = "infer",
     mode: Annotated[str, typer.Option(help="sync or async training.")] = "sync",
     tier: Annotated[str, typer.Option(help="Sandbox tier.")] = "jail",
+    mlflow: Annotated[bool, typer.Option(help="Track the demo in MLflow.")] = False,
+    mlflow_uri: Annotated[
+        str | None, typer.Option(help="MLflow tracking URI (default ./mlruns).")
+    ] = None,
+    register_model: Annotated[
+        str | None,
+        typer.Option(
+            help="When the gate says improved, register the trained checkpoint as a new "
+            "version of this MLflow model (implies --mlflow).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """The main job: train a tiny code model with GRPO, then gate trained against base."""
     from codegym.train.config import ConfigError, parse_config
@@ -70,11 +95,22 @@ def demo(
         fail(str(e))
     if samples < 1:
         fail("--samples must be at least 1")
+    if register_model is not None and not register_model.strip():
+        fail("--register-model: give the MLflow model a name")
     out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    summary = asyncio.run(_demo(config, out, samples))
-    summary["seconds"] = round(time.perf_counter() - started, 1)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    params = config.model_dump(mode="json") | {"demo": {"samples": samples}}
+    with mlflow_run(mlflow or register_model is not None, mlflow_uri, "demo", params) as mf:
+        started = time.perf_counter()
+        summary = asyncio.run(_demo(config, out, samples, mf))
+        summary["seconds"] = round(time.perf_counter() - started, 1)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        _print_summary(summary)
+        if mf is not None:
+            _track_results(mf, config, out, summary, register_model)
+    console.print(f"wrote {out / 'summary.json'} and {out / 'report.html'}")
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
     b, t = summary["base_pass1"], summary["trained_pass1"]
     console.print(
         f"\n[bold]held-out pass@1[/]: base {b['estimate']:.3f} "
@@ -93,10 +129,9 @@ def demo(
             "[yellow]GRPO did not measurably improve the model in this run; "
             "the verdict above is the honest result.[/]"
         )
-    console.print(f"wrote {out / 'summary.json'} and {out / 'report.html'}")
 
 
-async def _demo(config: Any, out: Path, samples: int) -> dict[str, Any]:
+async def _demo(config: Any, out: Path, samples: int, tracker: Tracker | None) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from transformers.utils import logging as hf_logging
 
@@ -121,6 +156,8 @@ async def _demo(config: Any, out: Path, samples: int) -> dict[str, Any]:
 
         def on_step(m: dict[str, Any]) -> None:
             curve.append((int(m["step"]), float(m["reward_mean"]), float(m["pass_rate"])))
+            if tracker is not None:
+                tracker.log_metrics(_numbers(m), step=int(m["step"]))
             bar.update(
                 job,
                 completed=m["step"],
@@ -134,10 +171,15 @@ async def _demo(config: Any, out: Path, samples: int) -> dict[str, Any]:
         await trainer.run()
         train_s = time.perf_counter() - t0
     trained_dir = await asyncio.to_thread(trainer.save_final, out / "trained")
+    logged = {step for step, _, _ in curve}
+    metrics_file = out / "train" / config.run.metrics_file
+    rows = [json.loads(ln) for ln in metrics_file.read_text().splitlines()]
     if not curve:  # resumed a finished run: read its curve back
-        for line in (out / "train" / config.run.metrics_file).read_text().splitlines():
-            m = json.loads(line)
-            curve.append((int(m["step"]), float(m["reward_mean"]), float(m["pass_rate"])))
+        curve.extend((int(m["step"]), float(m["reward_mean"]), float(m["pass_rate"])) for m in rows)
+    if tracker is not None:  # and a resumed run's steps from before the resume
+        for m in rows:
+            if int(m["step"]) not in logged:
+                tracker.log_metrics(_numbers(m), step=int(m["step"]))
     console.print("[bold]3/3[/] held-out eval: base vs trained", highlight=False)
     base = await _heldout(base_dir, config, samples, out / "base")
     trained = await _heldout(trained_dir, config, samples, out / "trained_eval")
@@ -265,3 +307,60 @@ def _verdict(
         },
         "cpus": os.cpu_count(),
     }
+
+
+def _numbers(m: dict[str, Any]) -> dict[str, float]:
+    """A step's metrics that MLflow can chart (its numbers)."""
+    return {k: float(v) for k, v in m.items() if isinstance(v, (int, float))}
+
+
+def _track_results(
+    tracker: Tracker,
+    config: Any,
+    out: Path,
+    summary: dict[str, Any],
+    register_model: str | None,
+) -> None:
+    """Log the demo's outcome to its MLflow run and, when asked and the gate says improved,
+    register the trained checkpoint as a model version."""
+    from codegym.telemetry.tracking import TrackingError
+    from codegym.train.split import LINEAGE_FILE, read_lineage
+
+    trained = out / "trained"
+    made_from = _made_from(read_lineage(trained)) or {}
+    metrics = {
+        f"{side}{suffix}": summary[side][key]
+        for side in ("base_pass1", "trained_pass1")
+        for key, suffix in (("estimate", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"))
+    } | {k: summary[k] for k in ("delta", "ci_low", "ci_high", "p_value", "mde", "seconds")}
+    lineage_tags = {f"lineage.{k}": str(v) for k, v in made_from.items()}
+    try:
+        tracker.log_metrics({k: v for k, v in metrics.items() if v is not None})
+        tracker.set_tags(
+            {"verdict": summary["verdict"], "heldout.digest": summary["heldout"]["digest"]}
+            | lineage_tags
+        )
+        for path in (
+            out / "summary.json",
+            out / "report.html",
+            out / "train" / config.run.metrics_file,
+        ):
+            tracker.log_artifact(path, "report")
+        tracker.log_artifact(out / "base", "eval/base")
+        tracker.log_artifact(out / "trained_eval", "eval/trained")
+        tracker.log_artifact(trained / LINEAGE_FILE, "lineage")
+        tracker.log_artifact(trained, "checkpoint")
+        if register_model is None:
+            return
+        if summary["verdict"] != "improved":
+            console.print(
+                f"{register_model}: not registered (the gate's verdict is "
+                f"{summary['verdict']}, not improved)",
+                highlight=False,
+            )
+            return
+        tags = {k: str(v) for k, v in made_from.items()} | {"verdict": summary["verdict"]}
+        version = tracker.register_model(register_model, "checkpoint", tags)
+    except TrackingError as e:
+        fail(str(e))
+    console.print(f"registered {register_model} version {version}", highlight=False)

@@ -172,6 +172,14 @@ class Tracker:
             chunk = items[i : i + 100]
             self._call(partial(client.log_batch, run_id, params=chunk))
 
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Tag the run (a verdict, lineage ids: strings to filter runs by)."""
+        from mlflow.entities import RunTag
+
+        client, run_id = self._live()
+        items = [RunTag(mlflow_key(k), str(v)) for k, v in tags.items()]
+        self._call(partial(client.log_batch, run_id, tags=items))
+
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Log metric values at ``step`` (default 0).
 
