@@ -100,7 +100,8 @@ def test_train_command_launches_the_processes_itself(toy_model: Path, tmp_path: 
         cmd, capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     assert p.returncode == 0, p.stderr.decode()[-3000:]
-    assert (p.stdout + p.stderr).decode().count("trained model:") == 1  # rank 0 reports, rank 1 is quiet
+    # rank 0 reports, rank 1 is quiet
+    assert (p.stdout + p.stderr).decode().count("trained model:") == 1
     rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1] and rows[0]["episodes"] == 4
     assert (run / "final" / "config.json").is_file()

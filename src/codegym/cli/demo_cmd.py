@@ -195,7 +195,7 @@ async def _heldout(model_dir: Path, config: Any, n: int, run_dir: Path) -> dict[
     from codegym.rollout import RolloutConfig, RolloutEngine
     from codegym.sandbox import Sandbox
     from codegym.tasks.outcomes import PASSING_OUTCOMES
-    from codegym.train.policy import LocalPolicy
+    from codegym.train.policy import local_policy
     from codegym.train.split import check_heldout, read_lineage, split_tasks
     from codegym.train.trainer import training_executor
 
@@ -203,7 +203,7 @@ async def _heldout(model_dir: Path, config: Any, n: int, run_dir: Path) -> dict[
     lineage = read_lineage(model_dir)
     check_heldout(heldout, lineage, str(model_dir))
     tasks = list(heldout)
-    policy = LocalPolicy(model_dir, max_batch=config.sampling.max_batch, seed=12345)
+    policy = local_policy(model_dir, max_batch=config.sampling.max_batch, seed=12345)
     results: list[SampleResult] = []
     start = time.perf_counter()
     async with Sandbox(tier=config.sandbox.tier, workers=config.sandbox.workers) as sb:

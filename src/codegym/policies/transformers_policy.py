@@ -219,12 +219,19 @@ class TransformersPolicy:
         """Worker batches decoded so far (requests grouped into shared forward passes)."""
         self.requests_run = 0
         """Requests answered so far."""
+        self.tokens_generated = 0
+        self.generate_s = 0.0
+        """Tokens sampled and seconds spent decoding them (the trainer's throughput)."""
 
     # ---- public API ---------------------------------------------------------------------
 
     @property
     def policy_version(self) -> int:
         """Bumped by every ``load_weights``; 0 for the weights loaded at start."""
+        return self._version
+
+    def current_version(self) -> int:
+        """``policy_version`` (the trainer's ``PolicyHook`` asks for it this way)."""
         return self._version
 
     def encode(self, text: str) -> list[int]:
@@ -473,6 +480,8 @@ class TransformersPolicy:
                 elapsed = time.perf_counter() - start
                 self.batches_run += 1
                 self.requests_run += len(jobs)
+                self.generate_s += elapsed
+                self.tokens_generated += sum(len(r.out) for r in rows)
         except Exception as e:  # noqa: BLE001 - handed to every waiting caller, not swallowed
             for job in jobs:
                 job.loop.call_soon_threadsafe(_fail, e, job.future)
@@ -560,7 +569,11 @@ class TransformersPolicy:
                     self._step(r, tokens[i], lps[i], tops, i)
             if all(r.finish is not None for r in rows):
                 break
-            inp, inp_pos = chosen[:, None], next_pos[:, None]
+            # A finished row keeps stepping with its batch: hold it inside the position
+            # table (a row near the context's end beside a long one overran it: IndexError
+            # for the whole batch).
+            inp = chosen[:, None]
+            inp_pos = next_pos[:, None].clamp(max=self.context_length - 1)
             next_pos = next_pos + 1
             mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=dev)], 1)
 

@@ -14,7 +14,7 @@ codegym envs as TRL ``GRPOTrainer`` reward functions.
 from codegym.train.checkpoint import CheckpointError, latest_checkpoint
 from codegym.train.config import ConfigError, TrainConfig, load_config, parse_config
 from codegym.train.grpo import LossStats, group_advantages, grpo_loss, token_logprobs
-from codegym.train.policy import LocalPolicy, PolicyHook, PromptTokenizer, TrainablePolicy
+from codegym.train.policy import PolicyHook, PromptTokenizer, TrainablePolicy, local_policy
 from codegym.train.split import HeldoutError, TaskSplit, split_tasks
 from codegym.train.trainer import Sample, Trainer, build_batch
 from codegym.train.weights_http import HttpWeightsHook, WeightsPushError
@@ -24,7 +24,6 @@ __all__ = [
     "ConfigError",
     "HeldoutError",
     "HttpWeightsHook",
-    "LocalPolicy",
     "LossStats",
     "PolicyHook",
     "PromptTokenizer",
@@ -39,6 +38,7 @@ __all__ = [
     "grpo_loss",
     "latest_checkpoint",
     "load_config",
+    "local_policy",
     "parse_config",
     "split_tasks",
     "token_logprobs",

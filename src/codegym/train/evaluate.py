@@ -23,7 +23,7 @@ from codegym.rollout import RolloutConfig, RolloutEngine
 from codegym.sandbox import Sandbox
 from codegym.tasks.outcomes import PASSING_OUTCOMES
 from codegym.train.config import ConfigError, TrainConfig
-from codegym.train.policy import LocalPolicy
+from codegym.train.policy import local_policy
 from codegym.train.split import check_heldout, read_lineage, split_tasks
 from codegym.train.trainer import training_executor
 
@@ -45,7 +45,7 @@ async def heldout_pass_rate(
     heldout = split_tasks(t).heldout
     check_heldout(heldout, read_lineage(model_dir), str(model_dir))
     tasks = list(heldout)
-    policy = LocalPolicy(model_dir, max_batch=config.sampling.max_batch)
+    policy = local_policy(model_dir, max_batch=config.sampling.max_batch)
     t0 = time.perf_counter()
     async with Sandbox(tier=config.sandbox.tier, workers=config.sandbox.workers) as sb:
         engine = RolloutEngine(
