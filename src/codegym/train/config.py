@@ -169,13 +169,22 @@ class CheckpointSection(_Section):
     """Score every checkpoint on the held-out tasks with this many samples a task (0: do
     not): its pass@1 goes in the step's metrics and the checkpoint's record, and the best
     checkpoint by it is kept besides the newest ``keep``."""
+    remote: str | None = None
+    """An fsspec URL (``s3://bucket/prefix``, ``file:///path``, ``memory://name``) every
+    complete checkpoint is copied to after it is saved in ``dir``, with the same retention;
+    a run whose ``dir`` holds no checkpoint resumes from the newest one there. None: local
+    disk only. Checked for writing before training starts."""
+    remote_options: dict[str, Any] = Field(default_factory=dict, exclude=True, repr=False)
+    """fsspec storage options for ``remote``, e.g. ``{"endpoint_url": "http://host:9000"}``
+    for an S3-compatible server. Left out of dumps and reprs (the config is logged as run
+    parameters), but keep secrets in the AWS_* environment variables, not in the file."""
 
 
 class ServerSection(_Section):
     url: str | None = None
     """Generate through this OpenAI-compatible model server (``codegym serve-model``, or
     vLLM with a weight route), e.g. ``http://127.0.0.1:8000/v1``; it gets the new weights
-    after every step. None: sample in the trainer's own process (``LocalPolicy``)."""
+    after every step. None: sample in the trainer's own process (``local_policy``)."""
     model: str | None = None
     """The served model name; None: the server's first model."""
     token_env: str = "CODEGYM_SERVER_TOKEN"

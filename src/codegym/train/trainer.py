@@ -1,6 +1,6 @@
 """The GRPO training loop: rollout groups in, optimizer steps out, checkpoints between.
 
-    trainer = Trainer(config, model_dir)             # policy: a LocalPolicy on model_dir
+    trainer = Trainer(config, model_dir)             # policy: local_policy(model_dir)
     metrics = asyncio.run(trainer.run())             # one dict per step (also metrics.jsonl)
 
 The training pool and the held-out set come from ``codegym.train.split`` (a suite split by
@@ -11,7 +11,7 @@ seed and step), runs them through the rollout engine (``CodeEnv`` in token mode,
 turns each group's rewards into advantages, trains on the trajectories' own token ids,
 loss masks and behaviour logprobs, and pushes the new weights to the policy hook.
 
-Where generation runs: in this process (``LocalPolicy``, the default) or in a model server
+Where generation runs: in this process (``local_policy``, the default) or in a model server
 (``server.url``: ``ServerPolicy``, which gets the weights after every step and survives the
 server's restart; ``codegym.train.server_policy``).
 
@@ -57,17 +57,21 @@ from codegym.telemetry import metrics as _metrics
 from codegym.train.checkpoint import (
     WEIGHTS,
     CheckpointError,
+    check_remote,
     code_version,
     content_id,
+    fetch_latest,
     latest_checkpoint,
     load_checkpoint,
+    mirror_checkpoint,
+    prune_remote,
     read_record,
     save_checkpoint,
 )
 from codegym.train.config import ConfigError, TrainConfig
 from codegym.train.distributed import World, current_world
 from codegym.train.grpo import group_advantages, grpo_loss, token_logprobs
-from codegym.train.policy import LocalPolicy, PromptTokenizer, TrainablePolicy
+from codegym.train.policy import PromptTokenizer, TrainablePolicy, local_policy
 from codegym.train.server_policy import ServerPolicy
 from codegym.train.split import LINEAGE_FILE, split_tasks
 
@@ -187,6 +191,9 @@ class Trainer:
         self.parent: str | None = content_id(base) if base.is_file() else None
         """The content id of the weights training continues from (lineage's ``parent``)."""
         self.last_metrics: dict[str, Any] = {}
+        ck = config.checkpoint
+        if ck.remote is not None and self.world.leader:  # only the leader uploads
+            check_remote(ck.remote, ck.remote_options)  # fail now, not at the first save
         self._resume()
         self.ddp: DistributedDataParallel | None = (
             DistributedDataParallel(self.model) if self.world.distributed else None
@@ -198,6 +205,12 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------
     def _resume(self) -> None:
         ckpt = latest_checkpoint(self.run_dir)
+        ck = self.config.checkpoint
+        if ckpt is None and ck.remote is not None:  # a fresh machine: resume from the remote
+            if self.world.leader:
+                fetch_latest(ck.remote, ck.remote_options, self.run_dir)
+            self.world.barrier()  # every rank loads what the leader fetched
+            ckpt = latest_checkpoint(self.run_dir)
         if ckpt is None:
             return
         state = load_checkpoint(ckpt, self.model, self.digest)
@@ -241,6 +254,10 @@ class Trainer:
             self.run_dir, self.step, self.model, state, self.config.checkpoint.keep, record
         )
         self.parent = read_record(path)["id"]
+        ck = self.config.checkpoint
+        if ck.remote is not None:
+            mirror_checkpoint(path, ck.remote, ck.remote_options)
+            prune_remote(ck.remote, ck.remote_options, ck.keep)
         return path
 
     # -- rollouts ----------------------------------------------------------------------
@@ -507,7 +524,7 @@ def training_policy(config: TrainConfig, model_dir: Path) -> TrainablePolicy:
     in-process sampler of ``model_dir``."""
     s = config.server
     if s.url is None:
-        return LocalPolicy(model_dir, max_batch=config.sampling.max_batch, seed=config.run.seed)
+        return local_policy(model_dir, max_batch=config.sampling.max_batch, seed=config.run.seed)
     return ServerPolicy(
         s.url,
         model_dir,
