@@ -206,3 +206,55 @@ def test_a_killed_trainer_resumes_and_brings_the_server_to_its_checkpoint(
         served = srv.policy.model.state_dict()
         for k, v in final.items():
             assert torch.equal(served[k], v), k
+
+
+async def test_one_outage_has_one_deadline_for_every_waiting_request(
+    toy_model: Path, tmp_path: Path
+) -> None:
+    """Requests queued behind a server that never returns all fail when the outage's
+    wait is over, as infra errors (a review found each one waiting wait_s more in turn)."""
+    import asyncio
+
+    from codegym.policies import SamplingParams
+
+    srv = ModelServer(toy_model)
+    srv.start()
+    policy = ServerPolicy(srv.base_url, toy_model, tmp_path, wait_s=1.0)
+    srv.stop()
+    t0 = time.monotonic()
+    results = await asyncio.gather(
+        *(policy.generate_tokens([5, 6], SamplingParams(max_tokens=2, seed=i)) for i in range(8)),
+        return_exceptions=True,
+    )
+    elapsed = time.monotonic() - t0
+    assert all(isinstance(r, PolicyError) and r.kind == "connection" for r in results)
+    assert elapsed < 6.0, elapsed  # one shared 1 s wait, not 8 of them in a row
+    await policy.aclose()
+    policy.close()
+
+
+async def test_answers_without_logprobs_are_refused(toy_model: Path, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from codegym.policies import SamplingParams
+
+    with ModelServer(toy_model) as srv:
+        policy = ServerPolicy(srv.base_url, toy_model, tmp_path)
+        real = policy.client.generate_tokens
+
+        async def no_logprobs(ids, params):  # type: ignore[no-untyped-def]
+            return [replace(g, logprobs=None) for g in await real(ids, params)]
+
+        policy.client.generate_tokens = no_logprobs  # type: ignore[method-assign]
+        with pytest.raises(PolicyError, match="without logprobs"):
+            await policy.generate_tokens([5, 6], SamplingParams(max_tokens=2))
+        await policy.aclose()
+        policy.close()
+
+
+def test_a_health_answer_without_a_version_is_up_with_no_version() -> None:
+    from codegym.train.server_policy import _reported_version
+
+    assert _reported_version(httpx.Response(200, content=b"")) is None  # vLLM
+    assert _reported_version(httpx.Response(200, json=[1])) is None
+    assert _reported_version(httpx.Response(200, json={"policy_version": 3})) == 3

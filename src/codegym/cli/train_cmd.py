@@ -148,6 +148,8 @@ def train(
             asyncio.run(trainer.run())
         except RolloutAborted as e:
             fail(f"training stopped at step {trainer.step}: {e.diagnosis}", code=3)
+        except WeightsPushError as e:  # the model server stayed away or refused them
+            fail(f"training stopped at step {trainer.step}: {e}", code=3)
         final = trainer.save_final()
         if not trainer.world.leader:
             return

@@ -107,6 +107,8 @@ class ServerPolicy:
         """Server version -> trainer version, for the weights this policy pushed."""
         self._lock = threading.Lock()
         """Held by a push and by recovery: one of them talks to the weight route at a time."""
+        self._outage_deadline: float | None = None
+        """When the current outage's waiting ends (None: the server answers)."""
         self.recoveries = 0
         """Times the server was found away and waited for (or re-pushed)."""
         self.tokens_generated = 0
@@ -128,12 +130,19 @@ class ServerPolicy:
         with self._lock:
             version = self._version + 1
             try:
-                served = self.hook.load_weights(weights)
+                served: int | None = self.hook.load_weights(weights)
             except WeightsPushError as e:
                 if e.reachable:
                     raise
-                self._wait_for_server()
-                served = self.hook.repush()
+                served = None
+            if served is None or (self._versions and served <= max(self._versions)):
+                # Down, or answered by a server that restarted unnoticed (its versions
+                # went back): what the old one gave out means nothing to this one.
+                try:
+                    served = self._push_when_back()
+                except PolicyError as e:  # away past wait_s
+                    raise WeightsPushError(str(e), reachable=False) from e
+                self._versions = {}
             self._version = version
             self._versions[served] = version
             return version
@@ -149,25 +158,38 @@ class ServerPolicy:
             except PolicyError as e:
                 if attempt == _RECOVERIES or not _server_away(e):
                     raise
-                await asyncio.to_thread(self._recover)
+                await self._recover_async()
                 continue
             versions = [
                 self._versions.get(g.policy_version) if g.policy_version is not None
                 else sent_under
                 for g in gens
             ]  # fmt: skip
+            if any(g.logprobs is None for g in gens):
+                raise PolicyError(
+                    "bad_response",
+                    f"{self.base_url}: the server returned token ids without logprobs; GRPO's "
+                    "ratio needs the behaviour logprobs (a server that ignores `logprobs` "
+                    "cannot be trained against)",
+                )
             if all(v is not None for v in versions):
                 self.tokens_generated += sum(len(g.token_ids or ()) for g in gens)
                 return [replace(g, policy_version=v) for g, v in zip(gens, versions, strict=True)]
             if attempt == _RECOVERIES:
                 break
-            await asyncio.to_thread(self._recover)  # answered by weights we never pushed
+            await self._recover_async()  # answered by weights we never pushed
         raise PolicyError(
             "bad_response",
             f"{self.base_url}: the server kept answering with weights this trainer did not "
             f"push (its policy_version is not one it was given) after {_RECOVERIES} "
             "re-pushes; is another trainer pushing to the same server?",
         )
+
+    async def _recover_async(self) -> None:
+        try:
+            await asyncio.to_thread(self._recover)
+        except WeightsPushError as e:  # the episode fails as infra, like any policy error
+            raise PolicyError("connection", str(e)) from e
 
     async def _timed(self, prompt_ids: Sequence[int], params: SamplingParams) -> list[Generation]:
         if self._in_flight == 0:
@@ -192,25 +214,48 @@ class ServerPolicy:
         """Wait for the server; give it the newest weights again if it lost them."""
         with self._lock:
             served = self._wait_for_server()
-            if self.hook.staged is None or self._versions.get(served) == self._version:
-                return  # it is back with the newest weights (or none were pushed yet)
+            if self.hook.staged is None:
+                return  # nothing pushed yet: there is nothing to give back
+            if served is not None and self._versions.get(served) == self._version:
+                return  # back with the newest weights
+            # A lower or unknown version (vLLM reports none): push the newest again.
             self.recoveries += 1
-            again = self.hook.repush()
+            again = self._push_when_back()
             # Versions the dead server gave out mean nothing to the new one.
             self._versions = {again: self._version}
 
-    def _wait_for_server(self) -> int:
-        """Poll ``/health`` until it answers (at most ``wait_s``); the server's version."""
-        deadline = time.monotonic() + self.wait_s
+    def _push_when_back(self) -> int:
+        """Push the newest staged weights once the server answers (it may die again
+        between its /health and the push: wait again, within the same outage)."""
+        while True:
+            self._wait_for_server()
+            try:
+                return self.hook.repush()
+            except WeightsPushError as e:
+                if e.reachable:
+                    raise
+
+    def _wait_for_server(self) -> int | None:
+        """Poll ``/health`` until it answers; the version it reports (None: none).
+
+        One outage has one deadline, ``wait_s`` after it was first seen, shared by every
+        request waiting on it: a server that never returns fails them all then, instead
+        of each queued request waiting ``wait_s`` more. After the deadline a request
+        checks once and fails at once, until the server answers again.
+        """
         root = self.base_url.removesuffix("/v1")
         while True:
             try:
                 r = self._http.get(f"{root}/health")
                 if r.status_code == 200:
-                    return int(r.json().get("policy_version", -1))
-            except (httpx.HTTPError, ValueError):
+                    self._outage_deadline = None
+                    return _reported_version(r)
+            except httpx.HTTPError:
                 pass
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if self._outage_deadline is None:
+                self._outage_deadline = now + self.wait_s
+            if now >= self._outage_deadline:
                 raise PolicyError(
                     "connection",
                     f"{self.base_url}: the model server did not answer /health for "
@@ -243,6 +288,17 @@ class ServerPolicy:
                 "processed_logprobs) or sample at temperature 1",
             )
         return str(first["id"])
+
+
+def _reported_version(r: httpx.Response) -> int | None:
+    """The ``policy_version`` of a ``/health`` answer; None when it has none (vLLM answers
+    an empty 200)."""
+    try:
+        body = r.json()
+    except ValueError:
+        return None
+    version = body.get("policy_version") if isinstance(body, dict) else None
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
 def _server_away(e: PolicyError) -> bool:

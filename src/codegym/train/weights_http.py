@@ -96,7 +96,11 @@ class HttpWeightsHook:
         except httpx.HTTPError as e:
             raise WeightsPushError(f"{url}: {type(e).__name__}: {e}", reachable=False) from e
         if r.status_code != 200:
-            raise WeightsPushError(f"{url}: HTTP {r.status_code}: {r.text[:500]}")
+            # A 5xx is the server (or a proxy in front of it) failing, not these weights.
+            away = r.status_code >= 500
+            raise WeightsPushError(
+                f"{url}: HTTP {r.status_code}: {r.text[:500]}", reachable=not away
+            )
         self._version = int(r.json()["policy_version"])
         return self._version
 
