@@ -171,6 +171,7 @@ async def _demo(config: Any, out: Path, samples: int, tracker: Tracker | None) -
         await trainer.run()
         train_s = time.perf_counter() - t0
     trained_dir = await asyncio.to_thread(trainer.save_final, out / "trained")
+    await asyncio.to_thread(trainer.close)
     logged = {step for step, _, _ in curve}
     metrics_file = out / "train" / config.run.metrics_file
     rows = [json.loads(ln) for ln in metrics_file.read_text().splitlines()]

@@ -151,6 +151,7 @@ def train(
         except WeightsPushError as e:  # the model server stayed away or refused them
             fail(f"training stopped at step {trainer.step}: {e}", code=3)
         final = trainer.save_final()
+        trainer.close()
         if not trainer.world.leader:
             return
         if mf is not None:  # the run's report (its metrics, step by step) and the model

@@ -465,6 +465,12 @@ class Trainer:
                     await self.policy.aclose()  # its HTTP session belongs to this loop
         return metrics
 
+    def close(self) -> None:
+        """Release the policy's worker thread or HTTP clients (after the last ``run``)."""
+        close = getattr(self.policy, "close", None)
+        if callable(close):
+            close()
+
     def save_final(self, out: Path | None = None) -> Path:
         """The trained model in Hugging Face format (for eval, serving, the gate)."""
         target = out or self.run_dir / "final"
