@@ -6,6 +6,7 @@ to it over HTTP like it would to AWS or MinIO. Each test gets its own bucket.
 
 from __future__ import annotations
 
+import json
 import socket
 import uuid
 from collections.abc import Iterator
@@ -71,8 +72,9 @@ def _remote_names(s3: s3fs.S3FileSystem, remote: str) -> dict[str, set[str]]:
     root = remote.removeprefix("s3://")
     out: dict[str, set[str]] = {}
     for f in s3.find(root):
-        folder, name = f.removeprefix(root + "/").split("/")
-        out.setdefault(folder, set()).add(name)
+        parts = f.removeprefix(root + "/").split("/")
+        if len(parts) == 2 and parts[0].startswith("ckpt-"):  # not metrics.jsonl, final/
+            out.setdefault(parts[0], set()).add(parts[1])
     return out
 
 
@@ -253,15 +255,22 @@ async def test_the_trainer_on_a_fresh_machine_resumes_from_s3(
         toy_model,
     )
     await first.run()  # saves every step (off the event loop, as in real runs)
+    first.save_final()
     assert set(_remote_names(s3, remote)) == {"ckpt-000002"}
+    root = remote.removeprefix("s3://")
+    assert s3.exists(f"{root}/metrics.jsonl") and s3.exists(f"{root}/final/config.json")
     fresh = tmp_path / "b"  # another machine: nothing local
-    second = Trainer(parse_config(small_config(str(fresh), checkpoint=over)), toy_model)
+    cfg = small_config(str(fresh), checkpoint=over, run={"steps": 3})
+    second = Trainer(parse_config(cfg), toy_model)
     assert second.step == 2
     assert latest_checkpoint(fresh) == fresh / "ckpt-000002"
     want = first.model.state_dict()
     got = second.model.state_dict()
     assert all(torch.equal(got[k], want[k]) for k in want)
     assert not all(torch.equal(got[k], v) for k, v in load_file(toy_model / WEIGHTS).items())
+    await second.run()  # the metrics file came with the checkpoint: every step once
+    lines = (fresh / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(ln)["step"] for ln in lines] == [1, 2, 3]
 
 
 def test_the_trainer_refuses_an_unwritable_remote_at_start(

@@ -54,10 +54,12 @@ __all__ = [
     "check_remote",
     "code_version",
     "content_id",
+    "fetch_file",
     "fetch_latest",
     "latest_checkpoint",
     "load_checkpoint",
     "mirror_checkpoint",
+    "mirror_path",
     "prune_remote",
     "read_record",
     "save_checkpoint",
@@ -312,6 +314,53 @@ def mirror_checkpoint(path: Path, remote: str, options: Mapping[str, Any] | None
     except Exception as e:  # any backend's failure, see check_remote
         raise _remote_error(remote, f"uploading {path.name}", e) from e
     return f"{remote.rstrip('/')}/{path.name}"
+
+
+def mirror_path(path: Path, remote: str, options: Mapping[str, Any] | None = None) -> str:
+    """Copy a run file or folder beside the checkpoints (``metrics.jsonl``, ``final/``) to
+    ``<remote>/<path.name>``, replacing what is there; return that URL.
+
+    Raises:
+        CheckpointError: ``path`` is missing, or an upload failed.
+    """
+    if not path.exists():
+        raise CheckpointError(f"{path}: does not exist; nothing to mirror")
+    fs, root = _remote_fs(remote, options)
+    dest = f"{root}/{path.name}"
+    try:
+        if path.is_dir():
+            _make_folder(fs, dest)
+            for f in sorted(p for p in path.rglob("*") if p.is_file()):
+                rel = f.relative_to(path).as_posix()
+                if "/" in rel:
+                    _make_folder(fs, f"{dest}/{rel.rsplit('/', 1)[0]}")
+                fs.put_file(str(f), f"{dest}/{rel}")
+        else:
+            fs.put_file(str(path), dest)
+    except Exception as e:  # any backend's failure, see check_remote
+        raise _remote_error(remote, f"uploading {path.name}", e) from e
+    return f"{remote.rstrip('/')}/{path.name}"
+
+
+def fetch_file(remote: str, options: Mapping[str, Any] | None, name: str, dest: Path) -> bool:
+    """Download ``<remote>/<name>`` to ``dest`` (via a temporary name); False when the
+    remote has no such file.
+
+    Raises:
+        CheckpointError: the remote cannot be read.
+    """
+    fs, root = _remote_fs(remote, options)
+    tmp = dest.with_name(f".{dest.name}.part")
+    try:
+        fs.invalidate_cache(root)
+        if not fs.exists(f"{root}/{name}"):
+            return False
+        fs.get_file(f"{root}/{name}", str(tmp))
+        tmp.replace(dest)
+    except Exception as e:  # any backend's failure, see check_remote
+        tmp.unlink(missing_ok=True)
+        raise _remote_error(remote, f"downloading {name}", e) from e
+    return True
 
 
 def prune_remote(remote: str, options: Mapping[str, Any] | None = None, keep: int = 2) -> list[str]:

@@ -60,10 +60,12 @@ from codegym.train.checkpoint import (
     check_remote,
     code_version,
     content_id,
+    fetch_file,
     fetch_latest,
     latest_checkpoint,
     load_checkpoint,
     mirror_checkpoint,
+    mirror_path,
     prune_remote,
     read_record,
     save_checkpoint,
@@ -207,8 +209,9 @@ class Trainer:
         ckpt = latest_checkpoint(self.run_dir)
         ck = self.config.checkpoint
         if ckpt is None and ck.remote is not None:  # a fresh machine: resume from the remote
-            if self.world.leader:
-                fetch_latest(ck.remote, ck.remote_options, self.run_dir)
+            if self.world.leader and fetch_latest(ck.remote, ck.remote_options, self.run_dir):
+                mf = self.run_dir / self.config.run.metrics_file  # the steps before it, too
+                fetch_file(ck.remote, ck.remote_options, mf.name, mf)
             self.world.barrier()  # every rank loads what the leader fetched
             ckpt = latest_checkpoint(self.run_dir)
         if ckpt is None:
@@ -258,6 +261,9 @@ class Trainer:
         if ck.remote is not None:
             mirror_checkpoint(path, ck.remote, ck.remote_options)
             prune_remote(ck.remote, ck.remote_options, ck.keep)
+            metrics = self.run_dir / self.config.run.metrics_file
+            if metrics.is_file():  # written before the checkpoint: it covers its step
+                mirror_path(metrics, ck.remote, ck.remote_options)
         return path
 
     # -- rollouts ----------------------------------------------------------------------
@@ -488,6 +494,9 @@ class Trainer:
             "code_version": code_version(),
         }
         (target / LINEAGE_FILE).write_text(json.dumps(lineage, indent=1) + "\n")
+        ck = self.config.checkpoint
+        if ck.remote is not None and out is None:
+            mirror_path(target, ck.remote, ck.remote_options)
         self.world.barrier()
         return target
 
