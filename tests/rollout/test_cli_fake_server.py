@@ -120,3 +120,24 @@ def test_unknown_env_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert r.exit_code == 2
     assert "not registered" in r.output
+
+
+def test_the_rollout_folder_records_the_checkpoint_it_used(tmp_path: Path) -> None:
+    model = tmp_path / "trained"  # a codegym-trained model folder, served under its path
+    model.mkdir()
+    record = {"checkpoint": "sha256:abc", "parent": "sha256:base", "config_digest": "cfg",
+              "step": 30, "tasks": {"train_digest": "td", "train_ids": []}}  # fmt: skip
+    (model / "lineage.json").write_text(json.dumps(record))
+    with FakeOpenAIServer(responder=responder, latency_s=0.0) as srv:
+        out = tmp_path / "run"
+        args = ["rollout", "--env", "code", "--model", str(model), "--base-url", srv.base_url,
+                "--out", str(out), "--groups", "2", "--group-size", "2", "--no-store"]  # fmt: skip
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 0, r.output
+    lineage = json.loads((out / "summary.json").read_text())["config"]["lineage"]
+    assert lineage == {"model_dir": str(model), "checkpoint": "sha256:abc",
+                       "parent": "sha256:base", "config_digest": "cfg", "step": 30,
+                       "train_digest": "td"}  # fmt: skip
+    (model / "lineage.json").write_text("{not json")
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and "unreadable" in r.output  # rich wraps the long path

@@ -153,3 +153,18 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, object]:
         else:
             out[f"{prefix}{k}"] = v
     return out
+
+
+def made_from(record: dict[str, Any], checkpoint: str | None = None) -> dict[str, Any]:
+    """The fields that say where a model came from, flat: its checkpoint id (the record's
+    ``checkpoint``, or ``checkpoint`` given for a checkpoint's own record, whose id is its
+    ``id``), parent, config digest, step and the digest of the tasks it trained on. Every
+    eval, rollout and demo folder and ``codegym runs`` quote these, so they say one thing."""
+    tasks = record.get("tasks")
+    return {
+        "checkpoint": checkpoint if checkpoint is not None else record.get("checkpoint"),
+        "parent": record.get("parent"),
+        "config_digest": record.get("config_digest"),
+        "step": record.get("step"),
+        "train_digest": tasks.get("train_digest") if isinstance(tasks, dict) else None,
+    }

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from codegym.cli._common import console, fail, mlflow_run
+from codegym.cli._common import console, fail, made_from, mlflow_run
 
 if TYPE_CHECKING:
     from codegym.telemetry.tracking import Tracker
@@ -241,21 +241,13 @@ async def _heldout(model_dir: Path, config: Any, n: int, run_dir: Path) -> dict[
             "model": str(model_dir),
             "tasks": len(tasks),
             "heldout_digest": heldout.digest,
-            "lineage": _made_from(lineage),
+            "lineage": made_from(lineage) if lineage is not None else None,
             "n": n,
         },
         ks=(1, n),
     )
     write_run(run_dir, results, summary)
     return summary
-
-
-def _made_from(lineage: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Which checkpoint, config and training tasks an evaluated model came from."""
-    if lineage is None:
-        return None
-    keys = ("checkpoint", "parent", "config_digest", "step")
-    return {k: lineage[k] for k in keys} | {"train_digest": lineage["tasks"]["train_digest"]}
 
 
 def _verdict(
@@ -328,13 +320,14 @@ def _track_results(
     from codegym.train.split import LINEAGE_FILE, read_lineage
 
     trained = out / "trained"
-    made_from = _made_from(read_lineage(trained)) or {}
+    record = read_lineage(trained)
+    origin = made_from(record) if record is not None else {}
     metrics = {
         f"{side}{suffix}": summary[side][key]
         for side in ("base_pass1", "trained_pass1")
         for key, suffix in (("estimate", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"))
     } | {k: summary[k] for k in ("delta", "ci_low", "ci_high", "p_value", "mde", "seconds")}
-    lineage_tags = {f"lineage.{k}": str(v) for k, v in made_from.items()}
+    lineage_tags = {f"lineage.{k}": str(v) for k, v in origin.items()}
     try:
         tracker.log_metrics({k: v for k, v in metrics.items() if v is not None})
         tracker.set_tags(
@@ -360,7 +353,7 @@ def _track_results(
                 highlight=False,
             )
             return
-        tags = {k: str(v) for k, v in made_from.items()} | {"verdict": summary["verdict"]}
+        tags = {k: str(v) for k, v in origin.items()} | {"verdict": summary["verdict"]}
         version = tracker.register_model(register_model, "checkpoint", tags)
     except TrackingError as e:
         fail(str(e))

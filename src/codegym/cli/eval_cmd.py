@@ -19,6 +19,7 @@ from codegym.cli._common import (
     fail,
     finish_in_store,
     json_object,
+    made_from,
     mlflow_run,
     open_sandbox,
     open_store,
@@ -266,15 +267,8 @@ def _lineage(model_dir: str, tasks: list[Task], trained_ok: bool) -> dict[str, A
         fail(f"{e} (or pass --trained-tasks-ok to score them anyway)")
     except (KeyError, TypeError):
         fail(f"{model_dir}: lineage.json is not a codegym lineage record; remove it or restore it")
-    return {
-        "model_dir": model_dir,
-        "checkpoint": lineage.get("checkpoint"),
-        "parent": lineage.get("parent"),
-        "config_digest": lineage.get("config_digest"),
-        "step": lineage.get("step"),
-        "train_digest": lineage["tasks"].get("train_digest"),
-        "tasks_trained_on": sum(t.id in trained for t in tasks),
-    }
+    return {"model_dir": model_dir, **made_from(lineage),
+            "tasks_trained_on": sum(t.id in trained for t in tasks)}  # fmt: skip
 
 
 def _env_spec(env: str, options: str) -> EnvSpec:

@@ -30,6 +30,7 @@ from codegym.cli._common import (
     TraceFileOption,
     fail,
     json_object,
+    made_from,
     mlflow_run,
     open_store,
     start_telemetry,
@@ -196,8 +197,9 @@ def rollout(
     with open_store(store, no_store) as st, mlflow_run(mlflow, mlflow_uri, f"rollout-{env}",
                                                        tracked) as mf:  # fmt: skip
         try:
+            lineage = _model_lineage(model)
             summary = asyncio.run(
-                _rollout(EnvSpec(env, options), policy, params, cfg, tasks, run, out, st)
+                _rollout(EnvSpec(env, options), policy, params, cfg, tasks, run, out, st, lineage)
             )
         except (HostUnsupported, EnvError, RolloutError) as e:
             fail(str(e))
@@ -209,6 +211,21 @@ def rollout(
     typer.echo(json.dumps(summary, indent=2))
     if summary.get("aborted"):
         fail(summary["aborted"], code=3)
+
+
+def _model_lineage(model: str | None) -> dict[str, Any] | None:
+    """Where a codegym-trained local model came from (its ``lineage.json``), so the rollout
+    folder records the checkpoint it used; None for any other model."""
+    path = Path(model) / "lineage.json" if model else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        fail(f"{path}: unreadable ({e}); restore it, or delete it if the model is not codegym's")
+    if not isinstance(record, dict):
+        fail(f"{path}: not a codegym lineage record; restore it or delete it")
+    return {"model_dir": model, **made_from(record)}
 
 
 def _tasks(suite: str, groups: int) -> list[Any]:
@@ -276,6 +293,7 @@ async def _rollout(
     run: _Run,
     out: Path,
     store: Store | None,
+    lineage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     run_id = out.resolve().name
@@ -361,6 +379,7 @@ async def _rollout(
             "seed": cfg.seed,
             "policy": policy.name,
             "params": params.to_dict(),
+            "lineage": lineage,
         },
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from codegym.cli._common import console, fail
+from codegym.cli._common import console, fail, made_from
 
 _NONE = "-"
 
@@ -92,7 +92,7 @@ def _row(path: Path) -> dict[str, Any]:
             "tasks": lin.get("tasks", {}).get("source", _NONE),
             "tasks_digest": lin.get("tasks", {}).get("heldout_digest"),
             "pass1": None,
-            "lineage": _flat(lin, lin.get("checkpoint")),
+            "lineage": made_from(lin),
         }
     records = [_read(p) for p in sorted(path.glob("ckpt-*/record.json"))]
     if records:
@@ -104,20 +104,10 @@ def _row(path: Path) -> dict[str, Any]:
             "tasks": last.get("tasks", {}).get("source", _NONE),
             "tasks_digest": last.get("tasks", {}).get("heldout_digest"),
             "pass1": None,
-            "lineage": _flat(last, last.get("id")),
+            "lineage": made_from(last, last.get("id")),
             "_records": records,
         }
     fail(
         f"{path}: not a run folder (summary.json), a trained model (lineage.json) or a "
         "training directory (ckpt-*/record.json)"
     )
-
-
-def _flat(record: dict[str, Any], checkpoint: str | None) -> dict[str, Any]:
-    return {
-        "checkpoint": checkpoint,
-        "parent": record.get("parent"),
-        "config_digest": record.get("config_digest"),
-        "step": record.get("step"),
-        "train_digest": record.get("tasks", {}).get("train_digest"),
-    }
