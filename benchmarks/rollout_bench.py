@@ -237,7 +237,7 @@ def throughput(a: argparse.Namespace) -> list[dict[str, Any]]:
         runs: dict[str, list[dict[str, Any]]] = {
             "engine": [], "http": [], "http+10%faults": [], "http+10%faults+hedge": []
         }  # fmt: skip
-        hedge = Hedge(factor=1.5)
+        hedge = Hedge(factor=a.hedge_factor)
         for _ in range(a.repeat):
             engine = asyncio.run(_run(SleepPolicy(latency), a.episodes, a.concurrency, a.group))
             runs["engine"].append(engine)
@@ -391,6 +391,10 @@ def main() -> None:
     ap.add_argument("--memory-episodes", type=int, default=50_000)
     ap.add_argument("--memory-http", action="store_true", help="memory run over HTTP")
     ap.add_argument("--sandbox-episodes", type=int, default=1000)
+    ap.add_argument(
+        "--hedge-factor", type=float, default=1.5,
+        help="the hedged run's Hedge.factor: hedge after this many times the usual latency",
+    )  # fmt: skip
     ap.add_argument("--json", action="store_true", help="also print the rows as JSON")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--fault-rate", type=float, default=0.0, help=argparse.SUPPRESS)

@@ -134,7 +134,7 @@ class TransformersPolicy:
         device: str = "cpu",
         batch_size: int = 32,
         seed: int = 0,
-        batch_wait_s: float = 0.005,
+        batch_wait_s: float | None = 0.005,
         logprobs_mode: LogprobsMode = "raw",
         name: str | None = None,
         torch_threads: int | None = None,
@@ -146,6 +146,10 @@ class TransformersPolicy:
             batch_size: most sample rows per forward pass.
             seed: seeds the row seeds of unseeded requests.
             batch_wait_s: how long the worker waits for more requests to batch together.
+                None: *tick batching*, for reproducible runs (the trainer's sampler): the
+                requests made while the event loop runs a few ticks are decoded together,
+                one group at a time, so which requests share a batch (and so the float
+                rounding of their logits) does not depend on the clock.
             logprobs_mode: ``"raw"`` or ``"tempered"`` (module doc).
             name: shown in summaries (default: the folder's name).
             torch_threads: if given, ``torch.set_num_threads`` (process-wide). On a few
@@ -169,7 +173,7 @@ class TransformersPolicy:
                 "config",
                 f"TransformersPolicy(logprobs_mode={logprobs_mode!r}): use 'raw' or 'tempered'",
             )
-        if not batch_wait_s >= 0:
+        if batch_wait_s is not None and not batch_wait_s >= 0:
             raise PolicyError(
                 "config", f"TransformersPolicy(batch_wait_s={batch_wait_s!r}): use seconds >= 0"
             )
@@ -187,7 +191,10 @@ class TransformersPolicy:
         self.name = name or path.resolve().name
         self.device = torch.device(device)
         self.batch_size = batch_size
-        self.batch_wait_s = float(batch_wait_s)
+        self.batch_wait_s = None if batch_wait_s is None else float(batch_wait_s)
+        self._ticks: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
+        """Tick batching: each loop's requests waiting for its next group."""
+        self._drainers: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
         self.logprobs_mode: LogprobsMode = logprobs_mode
         self.model: Any = cast(Any, AutoModelForCausalLM.from_pretrained(path))
         self.model.to(self.device)
@@ -211,7 +218,7 @@ class TransformersPolicy:
         self._rng = random.Random(seed)
         self._version = 0
         self._lock = threading.Lock()
-        self._queue: queue.Queue[_Job | None] = queue.Queue()
+        self._queue: queue.Queue[_Job | list[_Job] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._closed = False
@@ -302,8 +309,25 @@ class TransformersPolicy:
         self._ensure_worker()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[Sample]] = loop.create_future()
-        self._queue.put(_Job(ids, params, top_logprobs, loop, fut, on_token))
+        job = _Job(ids, params, top_logprobs, loop, fut, on_token)
+        if self.batch_wait_s is not None:
+            self._queue.put(job)
+        else:
+            self._ticks.setdefault(loop, []).append(job)
+            drainer = self._drainers.get(loop)
+            if drainer is None or drainer.done():
+                self._drainers[loop] = loop.create_task(self._drain(loop))
         return await fut
+
+    async def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Tick batching: hand the worker one group at a time, formed on the loop."""
+        while self._ticks.get(loop):
+            for _ in range(3):  # let the requests started in the same tick join
+                await asyncio.sleep(0)
+            group = self._ticks.pop(loop)
+            self._queue.put(group)
+            # The next group forms only after this one is decoded, whatever that took.
+            await asyncio.gather(*(j.future for j in group), return_exceptions=True)
 
     async def score(
         self, prompt_ids: Sequence[int], top_logprobs: int = 0
@@ -451,9 +475,12 @@ class TransformersPolicy:
             first = self._queue.get()
             if first is None:
                 return
+            if isinstance(first, list):  # a tick-batching group: decoded as it is
+                self._run_jobs(first)
+                continue
             jobs = [first]
             rows = first.params.n
-            deadline = time.monotonic() + self.batch_wait_s
+            deadline = time.monotonic() + (self.batch_wait_s or 0.0)
             stop = False
             while rows < self.batch_size:
                 try:
@@ -463,8 +490,9 @@ class TransformersPolicy:
                 if nxt is None:
                     stop = True
                     break
-                jobs.append(nxt)
-                rows += nxt.params.n
+                more = nxt if isinstance(nxt, list) else [nxt]  # one policy uses one mode
+                jobs.extend(more)
+                rows += sum(j.params.n for j in more)
             self._run_jobs(jobs)
             if stop:
                 return

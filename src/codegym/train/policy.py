@@ -94,7 +94,14 @@ def local_policy(
 ) -> TransformersPolicy:
     """The in-process sampler training uses: a ``TransformersPolicy`` that reports tempered
     logprobs (``log_softmax(logits / T)``, what the trainer recomputes for GRPO's ratio)
-    and decodes up to ``max_batch`` rows per forward pass."""
+    and decodes up to ``max_batch`` rows per forward pass. Its batches are formed on the
+    event loop, not by the clock, so which requests share one (and so the rounding of
+    their logprobs) is the same in every run with the same seed."""
     return TransformersPolicy(
-        model_dir, batch_size=max_batch, seed=seed, logprobs_mode="tempered", name="local"
+        model_dir,
+        batch_size=max_batch,
+        seed=seed,
+        logprobs_mode="tempered",
+        name="local",
+        batch_wait_s=None,  # tick batching: a seeded sync run gives the same weights
     )
