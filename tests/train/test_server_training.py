@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from train_helpers import small_config
+from train_helpers import kill_at_checkpoint, run_script, small_config
 from typer.testing import CliRunner
 
 from codegym.cli.app import app
@@ -173,31 +173,13 @@ def test_a_killed_trainer_resumes_and_brings_the_server_to_its_checkpoint(
 ) -> None:
     from safetensors.torch import load_file
 
-    helper = Path(__file__).parent / "train_helpers.py"
     steps = 4
     run = tmp_path / "run"
-
-    def start(cfg: dict[str, object]) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, str(helper), json.dumps(cfg), str(toy_model)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
-
     with ModelServer(toy_model) as srv:
         cfg = small_config(str(run), run={"steps": steps}, server={"url": srv.base_url})
-        p = start(cfg)
-        half = run / f"ckpt-{steps // 2:06d}" / "COMPLETE"
-        deadline = time.monotonic() + 240
-        while not half.exists():
-            assert p.poll() is None, p.stderr.read().decode()[-2000:] if p.stderr else ""
-            assert time.monotonic() < deadline, "no half-way checkpoint"
-            time.sleep(0.02)
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait()
+        kill_at_checkpoint(run_script(cfg, toy_model), run, steps // 2)
         assert not (run / f"ckpt-{steps:06d}").exists()
-        p = start(cfg)
+        p = run_script(cfg, toy_model)
         _, err = p.communicate(timeout=240)
         assert p.returncode == 0, err.decode()[-2000:]
         lines = (run / "metrics.jsonl").read_text().splitlines()

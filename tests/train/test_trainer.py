@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
-from train_helpers import small_config
+from train_helpers import kill_at_checkpoint, run_script, small_config
 
 from codegym.envs import Trajectory
 from codegym.rollout import Exclusion, Group
@@ -119,40 +114,22 @@ def test_resume_refuses_a_checkpoint_from_another_config(toy_model: Path, tmp_pa
         Trainer(parse_config(small_config(run, optim={"lr": 1e-2})), toy_model)
 
 
-def _run_script(cfg: dict[str, object], model: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, str(HERE / "train_helpers.py"), json.dumps(cfg), str(model)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-
-
 @pytest.mark.slow
 def test_kill_9_then_resume_gives_the_uninterrupted_weights(
     toy_model: Path, tmp_path: Path
 ) -> None:
     steps = 4
     straight = tmp_path / "straight"
-    p = _run_script(small_config(str(straight), run={"steps": steps}), toy_model)
+    p = run_script(small_config(str(straight), run={"steps": steps}), toy_model)
     _, err = p.communicate(timeout=240)
     assert p.returncode == 0, err.decode()[-2000:]
 
     killed = tmp_path / "killed"
     cfg = small_config(str(killed), run={"steps": steps})
-    p = _run_script(cfg, toy_model)
-    half = killed / f"ckpt-{steps // 2:06d}" / "COMPLETE"
-    deadline = time.monotonic() + 240
-    while not half.exists():
-        assert p.poll() is None, p.stderr.read().decode()[-2000:] if p.stderr else ""
-        assert time.monotonic() < deadline, "no half-way checkpoint"
-        time.sleep(0.02)
-    os.kill(p.pid, signal.SIGKILL)
-    p.wait()
-    assert p.returncode == -signal.SIGKILL
+    kill_at_checkpoint(run_script(cfg, toy_model), killed, steps // 2)
     assert not (killed / f"ckpt-{steps:06d}").exists()
 
-    p = _run_script(cfg, toy_model)
+    p = run_script(cfg, toy_model)
     _, err = p.communicate(timeout=240)
     assert p.returncode == 0, err.decode()[-2000:]
     a, b = _weights(straight, steps), _weights(killed, steps)

@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 from codegym.envs import Env, StepResult, Turn, register
@@ -67,6 +72,29 @@ def small_config(run_dir: str, **over: Any) -> dict[str, Any]:
     for section, values in over.items():
         cfg[section] = {**cfg.get(section, {}), **values}
     return cfg
+
+
+def run_script(cfg: dict[str, Any], model: Path) -> subprocess.Popen[bytes]:
+    """This file as a separate training process (so a test can ``kill -9`` it)."""
+    return subprocess.Popen(
+        [sys.executable, __file__, json.dumps(cfg), str(model)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def kill_at_checkpoint(p: subprocess.Popen[bytes], run_dir: Path, step: int) -> None:
+    """Wait (at most 240 s) for the run's checkpoint of ``step``, then ``kill -9`` it."""
+    done = run_dir / f"ckpt-{step:06d}" / "COMPLETE"
+    deadline = time.monotonic() + 240
+    while not done.exists():
+        assert p.poll() is None, p.stderr.read().decode()[-2000:] if p.stderr else ""
+        assert time.monotonic() < deadline, f"no checkpoint of step {step}"
+        time.sleep(0.02)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert p.returncode == -signal.SIGKILL
 
 
 def main() -> None:
