@@ -25,13 +25,13 @@ from codegym.train import Trainer, parse_config
 from codegym.train.server_policy import ServerPolicy
 
 
+@pytest.mark.parametrize("transfer", ["file", "gloo"])
 async def test_training_through_a_server_pushes_the_weights_every_step(
-    toy_model: Path, tmp_path: Path
+    toy_model: Path, tmp_path: Path, transfer: str
 ) -> None:
-    with ModelServer(toy_model) as srv:
-        cfg = parse_config(
-            small_config(str(tmp_path / "run"), run={"steps": 3}, server={"url": srv.base_url})
-        )
+    with ModelServer(toy_model, weight_transfer=transfer == "gloo") as srv:
+        server = {"url": srv.base_url, "weight_transfer": transfer}
+        cfg = parse_config(small_config(str(tmp_path / "run"), run={"steps": 3}, server=server))
         trainer = Trainer(cfg, toy_model)
         assert isinstance(trainer.policy, ServerPolicy)
         assert trainer.policy.current_version() == 1  # the trainer's weights, pushed at start
@@ -54,10 +54,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _serve(model: Path, port: int) -> subprocess.Popen[bytes]:
+def _serve(model: Path, port: int, *flags: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "codegym.cli", "serve-model", "--model", str(model),
-         "--port", str(port), "--threads", "1", "--log-level", "warning"],
+         "--port", str(port), "--threads", "1", "--log-level", "warning", *flags],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
@@ -78,12 +78,14 @@ def _wait_up(url: str, proc: subprocess.Popen[bytes], within_s: float = 120) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("transfer", ["file", "gloo"])
 async def test_a_killed_server_is_waited_for_and_given_the_weights_again(
-    toy_model: Path, tmp_path: Path
+    toy_model: Path, tmp_path: Path, transfer: str
 ) -> None:
     port = _free_port()
     root = f"http://127.0.0.1:{port}"
-    procs = [_serve(toy_model, port)]
+    flags = ("--weight-transfer",) if transfer == "gloo" else ()
+    procs = [_serve(toy_model, port, *flags)]
     _wait_up(root, procs[0])
 
     holder: list[Trainer] = []
@@ -97,7 +99,7 @@ async def test_a_killed_server_is_waited_for_and_given_the_weights_again(
         procs[-1].send_signal(signal.SIGKILL)  # with the next step's requests in flight
         procs[-1].wait()
         time.sleep(1.0)  # the trainer finds nobody there for a while
-        procs.append(_serve(toy_model, port))
+        procs.append(_serve(toy_model, port, *flags))
 
     def on_step(m: dict[str, object]) -> None:
         if m["step"] == 1:
@@ -108,7 +110,7 @@ async def test_a_killed_server_is_waited_for_and_given_the_weights_again(
             small_config(
                 str(tmp_path / "run"),
                 run={"steps": 4},
-                server={"url": f"{root}/v1", "wait_s": 120},
+                server={"url": f"{root}/v1", "wait_s": 120, "weight_transfer": transfer},
             )
         )
         trainer = Trainer(cfg, toy_model, on_step=on_step)
@@ -168,15 +170,17 @@ async def test_async_training_through_a_server_bounds_staleness(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("transfer", ["file", "gloo"])
 def test_a_killed_trainer_resumes_and_brings_the_server_to_its_checkpoint(
-    toy_model: Path, tmp_path: Path
+    toy_model: Path, tmp_path: Path, transfer: str
 ) -> None:
     from safetensors.torch import load_file
 
     steps = 4
     run = tmp_path / "run"
-    with ModelServer(toy_model) as srv:
-        cfg = small_config(str(run), run={"steps": steps}, server={"url": srv.base_url})
+    with ModelServer(toy_model, weight_transfer=transfer == "gloo") as srv:
+        server = {"url": srv.base_url, "weight_transfer": transfer}
+        cfg = small_config(str(run), run={"steps": steps}, server=server)
         kill_at_checkpoint(run_script(cfg, toy_model), run, steps // 2)
         assert not (run / f"ckpt-{steps:06d}").exists()
         p = run_script(cfg, toy_model)

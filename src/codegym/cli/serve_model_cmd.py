@@ -63,6 +63,14 @@ def serve_model(
         int,
         typer.Option(help="torch CPU threads; 1 suits small models on few shared cores."),
     ] = 1,
+    weight_transfer: Annotated[
+        bool,
+        typer.Option(
+            help="Serve vLLM's weight-transfer routes (/init_weight_transfer_engine, "
+            "/update_weights, ...) over a gloo group: the trainer connects, the tensors "
+            "move without a file. Like vLLM's dev mode: off unless asked.",
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
 ) -> None:
     """Serve a local model over the OpenAI API, with logprobs, token ids and weight updates."""
@@ -80,7 +88,8 @@ def serve_model(
     if host not in ("127.0.0.1", "localhost", "::1") and not (api_key or weights_token):
         typer.echo(
             f"warning: serving on {host} without --weights-token: anyone who reaches the port "
-            "can load weights from this machine's disk",
+            "can load weights from this machine's disk"
+            + (" or send it new ones" if weight_transfer else ""),
             err=True,
         )
     if model is None:
@@ -107,6 +116,7 @@ def serve_model(
             weights_token=weights_token,
             log_level=log_level.lower(),
             torch_threads=threads,
+            weight_transfer=weight_transfer,
         )
     except PolicyError as e:
         _fail(str(e))

@@ -441,7 +441,17 @@ class TransformersPolicy:
             )
         return ids
 
-    def _check_state(self, state: Mapping[str, torch.Tensor], source: WeightsSource) -> None:
+    def check_weights(
+        self, state: Mapping[str, torch.Tensor], *, partial: bool = False, where: str = ""
+    ) -> None:
+        """Raise ``PolicyConfigError`` (naming ``where``) unless ``state``'s keys and shapes
+        fit the model; ``partial`` allows keys to be missing (a chunk of an update).
+        Tensors on the ``meta`` device are enough: only names and shapes are read."""
+        self._check_state(state, where or "the state dict", partial=partial)
+
+    def _check_state(
+        self, state: Mapping[str, torch.Tensor], source: WeightsSource, *, partial: bool = False
+    ) -> None:
         where = "the state dict" if isinstance(source, Mapping) else str(source)
         own = self.model.state_dict()
         unexpected = sorted(set(state) - set(own))
@@ -450,7 +460,7 @@ class TransformersPolicy:
         given_ptrs = {own[k].data_ptr() for k in state}
         # a missing key is fine only when it is tied to (shares storage with) a given one
         missing = sorted(k for k in set(own) - set(state) if own[k].data_ptr() not in given_ptrs)
-        if missing:
+        if missing and not partial:
             raise PolicyConfigError(f"{where}: keys missing for the served model: {missing[:5]}")
         wrong = [
             f"{k}: {tuple(v.shape)} vs served {tuple(own[k].shape)}"

@@ -4,12 +4,13 @@ Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completion
 (both also streamed: ``stream=true`` answers server-sent events ending ``data: [DONE]``),
 ``POST /v1/responses`` (the Responses API over the same engine), ``POST /v1/weights``
 (``{"path": DIR_OR_SAFETENSORS}``), ``POST /v1/reload`` (``{}`` or ``{"path": ...}``) and
-``GET /health``. Generation requests never wait on the event loop: the policy decodes in
-its worker thread.
+``GET /health``; with a ``WeightReceiver``, vLLM's weight-transfer and pause routes too
+(``codegym.serving.weight_transfer``). Generation requests never wait on the event loop:
+the policy decodes in its worker thread.
 
 Auth: with ``api_key`` every ``/v1`` route needs ``Authorization: Bearer <api_key>``
-(like vLLM's ``--api-key``). With ``weights_token`` the two weight routes need that
-token instead. Without either, anyone who can reach the port can make the server load any
+(like vLLM's ``--api-key``). With ``weights_token`` the weight routes (and the
+weight-transfer ones) need that token instead. Without either, anyone who can reach the port can make the server load any
 safetensors file it can read: keep the default loopback address, or set a token.
 
 Errors are OpenAI error JSON, ``{"error": {"message", "type", "param", "code"}}`` with a
@@ -22,6 +23,7 @@ server fault. An error during a stream is sent as a last ``data: {"error": ...}`
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -36,11 +38,15 @@ from codegym.serving.engine import RequestError, ServingEngine
 from codegym.serving.protocol import (
     ChatRequest,
     CompletionRequest,
+    InitTransferRequest,
     ReloadRequest,
     ResponsesRequest,
+    StartUpdateRequest,
+    UpdateWeightsRequest,
     WeightsRequest,
 )
 from codegym.serving.responses import as_chat, as_response, response_events
+from codegym.serving.weight_transfer import WeightReceiver
 
 log = logging.getLogger("codegym.serving")
 M = TypeVar("M", bound=BaseModel)
@@ -110,9 +116,14 @@ async def _parse(request: Request, model: type[M]) -> M | Response:
 
 
 def create_model_app(
-    engine: ServingEngine, *, api_key: str | None = None, weights_token: str | None = None
+    engine: ServingEngine,
+    *,
+    api_key: str | None = None,
+    weights_token: str | None = None,
+    receiver: WeightReceiver | None = None,
 ) -> FastAPI:
-    """The app serving ``engine`` (see the module doc for routes and auth)."""
+    """The app serving ``engine`` (see the module doc for routes and auth); with
+    ``receiver``, vLLM's weight-transfer routes too (``codegym.serving.weight_transfer``)."""
     app = FastAPI(title="codegym model server", version="1")
     admin = weights_token or api_key
 
@@ -209,4 +220,73 @@ def create_model_app(
 
         return await guarded(request, admin, call)
 
+    if receiver is not None:
+        _transfer_routes(app, engine, receiver, lambda r, c: guarded(r, admin, c))
     return app
+
+
+def _transfer_routes(
+    app: FastAPI, engine: ServingEngine, receiver: WeightReceiver, guarded: Any
+) -> None:
+    """vLLM's weight-transfer and pause routes (at the root, as vLLM serves them)."""
+
+    def route(path: str, model: type[BaseModel] | None, act: Any, method: str = "post") -> None:
+        async def handler(request: Request) -> Response:
+            async def call() -> Response:
+                if model is None:
+                    return _json(await act(None))
+                req = await _parse(request, model)
+                if isinstance(req, Response):
+                    return req
+                return _json(await act(req))
+
+            answer: Response = await guarded(request, call)
+            return answer
+
+        getattr(app, method)(path)(handler)
+
+    async def world_size(_: None) -> dict[str, Any]:
+        return {"world_size": 1}
+
+    async def init(req: InitTransferRequest) -> dict[str, Any]:
+        i = req.init_info
+        return await asyncio.to_thread(
+            receiver.init, i.master_address, i.master_port, i.rank_offset, i.world_size
+        )
+
+    async def start(req: StartUpdateRequest) -> dict[str, Any]:
+        return await asyncio.to_thread(receiver.start, req.is_checkpoint_format)
+
+    async def update(req: UpdateWeightsRequest) -> dict[str, Any]:
+        u = req.update_info
+        return await asyncio.to_thread(
+            receiver.update,
+            u.names,
+            u.dtype_names,
+            u.shapes,
+            packed=u.packed,
+            bucket_bytes=u.packed_buffer_size_bytes,
+        )
+
+    async def finish(_: BaseModel | None) -> dict[str, Any]:
+        return await asyncio.to_thread(receiver.finish)
+
+    async def pause(_: None) -> dict[str, Any]:
+        engine.pause()
+        return {"status": "ok", "is_paused": True}
+
+    async def resume(_: None) -> dict[str, Any]:
+        engine.resume()
+        return {"status": "ok", "is_paused": False}
+
+    async def is_paused(_: None) -> dict[str, Any]:
+        return {"is_paused": engine.paused}
+
+    route("/get_world_size", None, world_size, "get")
+    route("/init_weight_transfer_engine", InitTransferRequest, init)
+    route("/start_weight_update", StartUpdateRequest, start)
+    route("/update_weights", UpdateWeightsRequest, update)
+    route("/finish_weight_update", None, finish)
+    route("/pause", None, pause)
+    route("/resume", None, resume)
+    route("/is_paused", None, is_paused, "get")

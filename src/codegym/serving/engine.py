@@ -148,6 +148,21 @@ class ServingEngine:
         self.policy = policy
         self.model_name = model_name or policy.name
         self.created = int(time.time())
+        self._running = asyncio.Event()
+        self._running.set()
+
+    # ---- pausing (vLLM's /pause and /resume) --------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def pause(self) -> None:
+        """Hold new generation requests until ``resume`` (those decoding now finish)."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
 
     # ---- models and weights ---------------------------------------------------------
 
@@ -273,6 +288,7 @@ class ServingEngine:
             call = on_token
             return lambda j, token: call(base + j, token)
 
+        await self._running.wait()
         try:
             # gather: the policy's queue batches the prompts into shared forward passes
             return list(

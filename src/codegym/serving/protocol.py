@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_N = 128
 
@@ -100,6 +100,63 @@ class ReloadRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str | None = None
+
+
+class TransferInit(BaseModel):
+    """``init_info`` of ``POST /init_weight_transfer_engine`` (vLLM's fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    master_address: str = Field(min_length=1)
+    """Where the trainer (rank 0) hosts the group's store."""
+    master_port: int = Field(ge=1, le=65535)
+    rank_offset: int = Field(default=1, ge=1)
+    """This server's rank."""
+    world_size: int = Field(ge=2)
+
+
+class InitTransferRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    init_info: TransferInit
+
+
+class StartUpdateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    is_checkpoint_format: bool = True
+
+
+class TransferUpdate(BaseModel):
+    """``update_info`` of ``POST /update_weights``: the tensors rank 0 broadcasts next."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    names: list[str] = Field(min_length=1)
+    dtype_names: list[str]
+    shapes: list[list[int]]
+    packed: bool = False
+    packed_buffer_size_bytes: int = Field(default=64 << 20, ge=1 << 10)
+    """Bucket size of a packed broadcast (a codegym field; the sender must use the same)."""
+
+    @model_validator(mode="after")
+    def _aligned(self) -> TransferUpdate:
+        if not len(self.names) == len(self.dtype_names) == len(self.shapes):
+            raise ValueError(
+                f"names ({len(self.names)}), dtype_names ({len(self.dtype_names)}) and "
+                f"shapes ({len(self.shapes)}) must have one entry per tensor"
+            )
+        if len(set(self.names)) != len(self.names):
+            raise ValueError("names: a tensor is named twice")
+        if any(d < 0 for s in self.shapes for d in s):
+            raise ValueError("shapes: a dimension is negative")
+        return self
+
+
+class UpdateWeightsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    update_info: TransferUpdate
 
 
 class ResponsesRequest(BaseModel):

@@ -20,6 +20,7 @@ import uvicorn
 from codegym.policies.transformers_policy import LogprobsMode, TransformersPolicy
 from codegym.serving.app import create_model_app
 from codegym.serving.engine import ServingEngine
+from codegym.serving.weight_transfer import WeightReceiver
 
 
 class ModelServer:
@@ -39,6 +40,7 @@ class ModelServer:
         api_key: str | None = None,
         weights_token: str | None = None,
         torch_threads: int | None = None,
+        weight_transfer: bool = False,
     ) -> None:
         self.policy = TransformersPolicy(
             model_dir,
@@ -49,7 +51,10 @@ class ModelServer:
             torch_threads=torch_threads,
         )
         self.engine = ServingEngine(self.policy, model_name)
-        self.app = create_model_app(self.engine, api_key=api_key, weights_token=weights_token)
+        self.receiver = WeightReceiver(self.policy) if weight_transfer else None
+        self.app = create_model_app(
+            self.engine, api_key=api_key, weights_token=weights_token, receiver=self.receiver
+        )
         self._host, self._port = host, port
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -109,6 +114,8 @@ class ModelServer:
             server.should_exit = True
             thread.join(timeout=30)
         self._server = self._thread = None
+        if self.receiver is not None:
+            self.receiver.close()
         self.policy.close()
 
 
@@ -126,8 +133,10 @@ def serve_model(
     weights_token: str | None = None,
     log_level: str = "info",
     torch_threads: int | None = None,
+    weight_transfer: bool = False,
 ) -> None:
-    """Serve until interrupted (SIGINT/SIGTERM: uvicorn drains open requests first)."""
+    """Serve until interrupted (SIGINT/SIGTERM: uvicorn drains open requests first);
+    ``weight_transfer`` adds vLLM's weight-transfer routes (``serving.weight_transfer``)."""
     policy = TransformersPolicy(
         model_dir,
         device=device,
@@ -137,8 +146,11 @@ def serve_model(
         torch_threads=torch_threads,
     )
     engine = ServingEngine(policy, model_name)
-    app = create_model_app(engine, api_key=api_key, weights_token=weights_token)
+    receiver = WeightReceiver(policy) if weight_transfer else None
+    app = create_model_app(engine, api_key=api_key, weights_token=weights_token, receiver=receiver)
     try:
         uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
     finally:
+        if receiver is not None:
+            receiver.close()
         policy.close()

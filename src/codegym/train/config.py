@@ -197,6 +197,13 @@ class ServerSection(_Section):
     """How long a step waits for a server that stopped answering before episodes fail."""
     concurrency: Annotated[int, Field(ge=1)] = 64
     """Requests in flight at the server."""
+    weight_transfer: Literal["file", "gloo"] = "file"
+    """How weights reach the server: ``file`` stages a ``.safetensors`` file in
+    ``stage_dir`` and posts its path; ``gloo`` drives vLLM's weight-transfer routes and
+    broadcasts the tensors over a gloo group (``serve-model --weight-transfer``; no shared
+    disk needed)."""
+    transfer_address: str = "127.0.0.1"
+    """With ``gloo``: this machine's address the server connects back to."""
 
     @field_validator("url")
     @classmethod

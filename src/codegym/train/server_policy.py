@@ -32,7 +32,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import torch
@@ -42,6 +42,7 @@ from codegym.policies import OpenAIPolicy
 from codegym.policies.errors import PolicyError
 from codegym.policies.policy import Generation, SamplingParams
 from codegym.policies.retry import Retry
+from codegym.train.weights_collective import CollectiveWeightsHook
 from codegym.train.weights_http import HttpWeightsHook, WeightsPushError
 
 __all__ = ["ServerPolicy"]
@@ -65,6 +66,8 @@ class ServerPolicy:
         wait_s: float = 600.0,
         request_timeout_s: float = 300.0,
         temperature: float = 1.0,
+        weight_transfer: Literal["file", "gloo"] = "file",
+        transfer_address: str = "127.0.0.1",
     ) -> None:
         """
         Args:
@@ -78,6 +81,9 @@ class ServerPolicy:
             request_timeout_s: bound on one request (connect to last byte).
             temperature: the trainer's sampling temperature; other than 1 it needs a server
                 that reports tempered logprobs (``serve-model --logprobs-mode tempered``).
+            weight_transfer: ``file`` (``HttpWeightsHook``: a file in ``stage_dir``) or
+                ``gloo`` (``CollectiveWeightsHook``: vLLM's weight-transfer routes, the
+                tensors broadcast over a gloo group hosted at ``transfer_address``).
 
         Raises:
             PolicyError(kind="config"): the server cannot be reached or does not serve a
@@ -101,7 +107,11 @@ class ServerPolicy:
             logprobs=True,
             token_ids=True,
         )
-        self.hook = HttpWeightsHook(self.base_url, stage_dir, token=token)
+        self.hook: HttpWeightsHook | CollectiveWeightsHook
+        if weight_transfer == "gloo":
+            self.hook = CollectiveWeightsHook(self.base_url, address=transfer_address, token=token)
+        else:
+            self.hook = HttpWeightsHook(self.base_url, stage_dir, token=token)
         self._version = 0
         self._versions: dict[int, int] = {}
         """Server version -> trainer version, for the weights this policy pushed."""
@@ -226,14 +236,18 @@ class ServerPolicy:
 
     def _push_when_back(self) -> int:
         """Push the newest staged weights once the server answers (it may die again
-        between its /health and the push: wait again, within the same outage)."""
+        between its /health and the push: wait again). A server whose /health answers but
+        whose pushes keep failing (5xx, a broken transfer group) is given ``wait_s`` too.
+        """
+        deadline = time.monotonic() + self.wait_s
         while True:
             self._wait_for_server()
             try:
                 return self.hook.repush()
             except WeightsPushError as e:
-                if e.reachable:
+                if e.reachable or time.monotonic() >= deadline:
                     raise
+            time.sleep(0.25)
 
     def _wait_for_server(self) -> int | None:
         """Poll ``/health`` until it answers; the version it reports (None: none).

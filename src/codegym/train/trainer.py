@@ -549,6 +549,8 @@ def training_policy(config: TrainConfig, model_dir: Path) -> TrainablePolicy:
         concurrency=s.concurrency,
         wait_s=s.wait_s,
         temperature=config.sampling.temperature,
+        weight_transfer=s.weight_transfer,
+        transfer_address=s.transfer_address,
     )
 
 

@@ -1,0 +1,302 @@
+"""The receiving side of vLLM's weight-transfer routes, over a gloo process group.
+
+vLLM's RL API moves weights trainer to server without a file: the trainer drives four HTTP
+routes (the control plane) while the tensors travel over a collective group (the data
+plane; NCCL or CUDA IPC in vLLM, gloo here, since this is a CPU server)::
+
+    GET  /get_world_size                 {"world_size": 1}: this server's ranks
+    POST /init_weight_transfer_engine    {"init_info": {master_address, master_port,
+                                          rank_offset, world_size}}: join the trainer's
+                                          group (the trainer is rank 0 and hosts its store)
+    POST /start_weight_update            {"is_checkpoint_format": true}
+    POST /update_weights                 {"update_info": {names, dtype_names, shapes,
+                                          packed}}: receive the tensors rank 0 broadcasts
+    POST /finish_weight_update           {}: load what was received; a new policy_version
+    POST /pause, /resume, GET /is_paused  hold new generation requests meanwhile
+
+The bodies are vLLM's, so one trainer client drives either server (``codegym.train.
+weights_collective``). Tensors are broadcast in ``names`` order, one broadcast each, or
+``packed``: their bytes laid end to end in buckets of at most ``packed_buffer_size_bytes``
+(default 64 MiB, a codegym field; vLLM's NCCL engine packs its own way, so a packed
+client for vLLM is vLLM's own ``NCCLWeightTransferEngine``).
+
+Nothing is loaded until ``finish``, and then all at once, under the lock a decoding batch
+holds: a batch never sees half an update. An update that is refused (names or shapes
+that do not fit the model) drops the group, so the trainer's broadcast fails at once
+instead of waiting out its timeout; the trainer joins again for the next push.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from codegym.policies.transformers_policy import TransformersPolicy
+from codegym.serving.engine import RequestError
+
+log = logging.getLogger("codegym.serving")
+
+DEFAULT_BUCKET_BYTES = 64 << 20
+
+_c10d: Any = dist
+"""torch's stubs export neither the gloo group's class nor the store's."""
+Group = Any
+"""A ``torch.distributed.ProcessGroupGloo``."""
+
+
+def new_store(address: str, port: int, world_size: int, *, master: bool, timeout_s: float) -> Any:
+    """The group's rendezvous: a ``TCPStore`` that rank 0 hosts (``port`` 0: any free
+    port, read back from ``.port``) and the other ranks connect to."""
+    return _c10d.TCPStore(
+        address,
+        port,
+        world_size,
+        is_master=master,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+    )
+
+
+def gloo_group(store: Any, rank: int, world_size: int, address: str, timeout_s: float) -> Group:
+    """A gloo group over ``store`` whose sockets bind to ``address`` (an interface the
+    other ranks reach; never a guess from the host name). Blocks until every rank joined."""
+    gloo = _c10d.ProcessGroupGloo
+    options = gloo._Options()
+    options._devices = [gloo.create_device(hostname=address)]
+    options._timeout = datetime.timedelta(seconds=timeout_s)
+    return gloo(store, rank, world_size, options)
+
+
+def buckets(sizes: Sequence[int], limit: int) -> list[list[int]]:
+    """Indices of tensors grouped, in order, into buckets of at most ``limit`` bytes (a
+    bigger tensor gets a bucket of its own). Sender and receiver compute the same."""
+    out: list[list[int]] = []
+    used = limit
+    for i, size in enumerate(sizes):
+        if used + size > limit or not out:
+            out.append([])
+            used = 0
+        out[-1].append(i)
+        used += size
+    return out
+
+
+def pack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The tensors' bytes end to end, as one uint8 tensor."""
+    return torch.cat([t.contiguous().view(-1).view(torch.uint8) for t in tensors])
+
+
+def unpack(
+    flat: torch.Tensor, dtypes: Sequence[torch.dtype], shapes: Sequence[Sequence[int]]
+) -> Iterator[torch.Tensor]:
+    at = 0
+    for dtype, shape in zip(dtypes, shapes, strict=True):
+        n = _nbytes(dtype, shape)
+        yield flat[at : at + n].view(dtype).view(*shape).clone()
+        at += n
+
+
+def _nbytes(dtype: torch.dtype, shape: Sequence[int]) -> int:
+    n = dtype.itemsize
+    for d in shape:
+        n *= d
+    return n
+
+
+def parse_dtype(name: str, index: int) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype) or dtype.is_complex:
+        raise RequestError(
+            f"update_info.dtype_names[{index}] = {name!r}: not a torch dtype name "
+            "(float32, bfloat16, float16, ...)",
+            "update_info",
+        )
+    return dtype
+
+
+class WeightReceiver:
+    """This server's end of the weight-transfer group (module doc). One update at a time."""
+
+    def __init__(self, policy: TransformersPolicy, timeout_s: float = 300.0) -> None:
+        self.policy = policy
+        self.timeout_s = timeout_s
+        self._group: Group | None = None
+        self._pending: dict[str, torch.Tensor] | None = None
+        self._lock = threading.Lock()
+
+    def init(
+        self, master_address: str, master_port: int, rank_offset: int, world_size: int
+    ) -> dict[str, Any]:
+        """Join the trainer's group as ``rank_offset`` (blocks until every rank joined).
+
+        A new init replaces the old group: a trainer that restarted joins afresh.
+
+        Raises:
+            RequestError: the ranks do not fit, or the trainer's store cannot be reached
+                (502) or the group did not form within the timeout (504).
+        """
+        if not 1 <= rank_offset < world_size:
+            raise RequestError(
+                f"init_info: rank_offset {rank_offset} with world_size {world_size}: this "
+                "server takes one rank, in 1..world_size-1 (the trainer is rank 0)",
+                "init_info",
+            )
+        with self._lock:
+            self._drop()
+            try:
+                local = _local_address(master_address, master_port)
+                store = new_store(
+                    master_address, master_port, world_size, master=False, timeout_s=self.timeout_s
+                )
+                self._group = gloo_group(store, rank_offset, world_size, local, self.timeout_s)
+            except (OSError, RuntimeError) as e:
+                raise RequestError(
+                    f"init_info: cannot join the trainer's group at {master_address}:"
+                    f"{master_port}: {type(e).__name__}: {str(e)[:300]}",
+                    "init_info",
+                    status=502,
+                ) from e
+        log.info(
+            "weight transfer: joined %s:%s as rank %s", master_address, master_port, rank_offset
+        )
+        return {"status": "ok", "rank": rank_offset, "world_size": world_size}
+
+    def start(self, is_checkpoint_format: bool) -> dict[str, Any]:
+        if not is_checkpoint_format:
+            raise RequestError(
+                "is_checkpoint_format false: this server takes the model's own (checkpoint) "
+                "parameter names only; send those",
+                "is_checkpoint_format",
+            )
+        with self._lock:
+            self._need_group()
+            self._pending = {}
+        return {"status": "ok"}
+
+    def update(
+        self,
+        names: Sequence[str],
+        dtype_names: Sequence[str],
+        shapes: Sequence[Sequence[int]],
+        *,
+        packed: bool,
+        bucket_bytes: int,
+    ) -> dict[str, Any]:
+        """Receive the tensors named (blocks while rank 0 broadcasts them).
+
+        Raises:
+            RequestError: no update was started, or the names, dtypes or shapes do not fit
+                the model (400; the group is dropped so the trainer's broadcast fails at
+                once); the broadcast failed (502: the trainer died or timed out).
+        """
+        with self._lock:
+            group = self._need_group()
+            if self._pending is None:
+                raise RequestError(
+                    "update_weights before start_weight_update: start an update first",
+                    "update_info",
+                    code="not_started",
+                )
+            try:
+                dtypes = [parse_dtype(n, i) for i, n in enumerate(dtype_names)]
+                meta = {
+                    n: torch.empty(s, dtype=d, device="meta")
+                    for n, d, s in zip(names, dtypes, shapes, strict=True)
+                }
+                self.policy.check_weights(meta, partial=True, where="update_info")
+            except (RequestError, ValueError) as e:
+                self._drop()
+                raise (
+                    e if isinstance(e, RequestError) else RequestError(str(e), "update_info")
+                ) from e
+            try:
+                received = dict(self._receive(group, names, dtypes, shapes, packed, bucket_bytes))
+            except RuntimeError as e:
+                self._drop()
+                raise RequestError(
+                    f"the broadcast of the weights failed: {str(e)[:300]}; the trainer "
+                    "must join again (init_weight_transfer_engine)",
+                    "update_info",
+                    status=502,
+                ) from e
+            self._pending.update(received)
+            return {"status": "ok", "received": len(received)}
+
+    def finish(self) -> dict[str, Any]:
+        """Load every tensor received since ``start``; the new ``policy_version``.
+
+        Raises:
+            RequestError: no update was started, or what was received leaves model
+                weights out (nothing is loaded then).
+        """
+        with self._lock:
+            if self._pending is None:
+                raise RequestError(
+                    "finish_weight_update before start_weight_update", None, code="not_started"
+                )
+            state, self._pending = self._pending, None
+        if not state:
+            raise RequestError("finish_weight_update: no weights were received", None)
+        try:
+            version = self.policy.load_weights(state)
+        except ValueError as e:
+            raise RequestError(str(e), None) from e
+        log.info("weight transfer: %d tensors loaded, policy_version %s", len(state), version)
+        return {"status": "ok", "policy_version": version}
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def _need_group(self) -> Group:
+        if self._group is None:
+            raise RequestError(
+                "no weight-transfer group: call init_weight_transfer_engine first (a server "
+                "that restarted has none)",
+                None,
+                code="not_initialized",
+            )
+        return self._group
+
+    def _drop(self) -> None:
+        self._group = None  # its sockets close with it: the peers' pending ops fail
+        self._pending = None
+
+    def _receive(
+        self,
+        group: Group,
+        names: Sequence[str],
+        dtypes: Sequence[torch.dtype],
+        shapes: Sequence[Sequence[int]],
+        packed: bool,
+        bucket_bytes: int,
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        timeout = datetime.timedelta(seconds=self.timeout_s)
+        if not packed:
+            for name, dtype, shape in zip(names, dtypes, shapes, strict=True):
+                t = torch.empty(shape, dtype=dtype)
+                group.broadcast(t, 0).wait(timeout)
+                yield name, t
+            return
+        sizes = [_nbytes(d, s) for d, s in zip(dtypes, shapes, strict=True)]
+        for bucket in buckets(sizes, bucket_bytes):
+            flat = torch.empty(sum(sizes[i] for i in bucket), dtype=torch.uint8)
+            group.broadcast(flat, 0).wait(timeout)
+            parts = unpack(flat, [dtypes[i] for i in bucket], [shapes[i] for i in bucket])
+            yield from zip((names[i] for i in bucket), parts, strict=True)
+
+
+def _local_address(host: str, port: int) -> str:
+    """The address of this machine's interface that reaches ``host`` (a UDP connect picks
+    the route and sends nothing)."""
+    family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, kind, proto) as s:
+        s.connect(addr)
+        return str(s.getsockname()[0])
