@@ -188,6 +188,8 @@ def test_a_killed_trainer_resumes_and_brings_the_server_to_its_checkpoint(
         assert p.returncode == 0, err.decode()[-2000:]
         lines = (run / "metrics.jsonl").read_text().splitlines()
         assert [json.loads(ln)["step"] for ln in lines] == list(range(1, steps + 1))
+        # 1 is the weights pushed at start; the resumed run goes on from the checkpoint's.
+        assert [json.loads(ln)["version"] for ln in lines] == list(range(2, steps + 2))
         final = load_file(str(run / f"ckpt-{steps:06d}" / "model.safetensors"))
         served = srv.policy.model.state_dict()
         for k, v in final.items():

@@ -106,6 +106,21 @@ async def test_async_mode_bounds_staleness_and_accounts_for_groups(
             assert m["groups_used"] + m["groups_stale"] + m["groups_no_signal"] == m["groups"]
 
 
+async def test_a_step_without_a_batch_keeps_the_weights_and_the_version(
+    toy_model: Path, tmp_path: Path
+) -> None:
+    # Every reward is 0: every group is without signal, every batch empty.
+    env = {"name": "test_flat", "options": {}}
+    cfg = parse_config(small_config(str(tmp_path / "run"), run={"steps": 2}, env=env))
+    trainer = Trainer(cfg, toy_model)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    metrics = await trainer.run()
+    assert [m["groups_used"] for m in metrics] == [0, 0]
+    assert [m["version"] for m in metrics] == [0, 0] and not trainer.stepped
+    after = trainer.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
 def test_resume_refuses_a_checkpoint_from_another_config(toy_model: Path, tmp_path: Path) -> None:
     run = str(tmp_path / "run")
     t = Trainer(parse_config(small_config(run)), toy_model)
@@ -138,3 +153,8 @@ def test_kill_9_then_resume_gives_the_uninterrupted_weights(
         torch.testing.assert_close(a[k], b[k], rtol=1e-6, atol=1e-7)
     lines = (killed / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(ln)["step"] for ln in lines] == list(range(1, steps + 1))
+    # The versions go on from the checkpoint's, as in the run that was never killed.
+    whole = (straight / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(ln)["version"] for ln in lines] == [
+        json.loads(ln)["version"] for ln in whole
+    ]

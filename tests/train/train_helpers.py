@@ -53,8 +53,16 @@ class LetterShareEnv(Env):
         return StepResult(done=True, reward=r, outcome="pass" if r > 0.5 else "fail")
 
 
+class FlatEnv(LetterShareEnv):
+    """Single turn; the same reward whatever the completion: no group has a signal."""
+
+    async def step(self, turn: Turn) -> StepResult:
+        return StepResult(done=True, reward=0.0, outcome="fail")
+
+
 if "test_letters" not in ENVS:
     register("test_letters")(LetterShareEnv)
+    register("test_flat")(FlatEnv)
 
 
 def small_config(run_dir: str, **over: Any) -> dict[str, Any]:

@@ -186,6 +186,11 @@ class Trainer:
         tok = self.policy.tokenizer
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
         self.step = 0
+        self.stepped = False
+        """Whether the last ``train_step`` changed the weights (an empty batch does not)."""
+        self._version_base = 0
+        """Added to the policy's version in the metrics: a resumed run's policy counts from
+        1 again, its versions go on from the checkpoint's."""
         self.digest = config.digest()
         self.split = split_tasks(config.tasks)
         self.pool: list[Task] = list(self.split.train)
@@ -203,6 +208,12 @@ class Trainer:
         if self.step == 0 and isinstance(self.policy, ServerPolicy):
             # The server may hold anything (another run's weights): start it from ours.
             self.policy.load_weights(self.model.state_dict())
+
+    @property
+    def version(self) -> int:
+        """The version of the weights the policy now samples with, counted over the whole
+        run (resumes included)."""
+        return self._version_base + self.policy.current_version()
 
     # -- checkpoints -------------------------------------------------------------------
     def _resume(self) -> None:
@@ -230,6 +241,9 @@ class Trainer:
         self.step = int(state["step"])
         self.parent = read_record(ckpt).get("id", self.parent)
         self.policy.load_weights(self.model.state_dict())
+        saved = state.get("policy_version")  # absent in checkpoints before 2026-12-03
+        if isinstance(saved, int):
+            self._version_base = saved - self.policy.current_version()
         # Steps logged after the checkpoint by the killed run are redone: drop their lines.
         mf = self.run_dir / self.config.run.metrics_file
         if mf.is_file() and self.world.leader:
@@ -239,6 +253,7 @@ class Trainer:
     def save(self) -> Path:
         state = {
             "step": self.step,
+            "policy_version": self.version,
             "optimizer": self.opt.state_dict(),
             "scheduler": self.sched.state_dict(),
             "torch_rng": torch.get_rng_state(),
@@ -343,6 +358,7 @@ class Trainer:
         keys = ("loss", "kl", "clip_frac", "ratio_mean", "tokens")
         out = dict.fromkeys(keys, 0.0)
         total_tok, total_seq = w.sum([sum(sum(s.loss_mask) for s in batch), len(batch)])
+        self.stepped = bool(total_seq)
         if not total_seq:
             return out
         model = self.ddp or self.model
@@ -422,14 +438,15 @@ class Trainer:
                     t0 = time.perf_counter()
                     stats = await asyncio.to_thread(self.train_step, batch)
                     train_s = time.perf_counter() - t0
-                    await asyncio.to_thread(self.policy.load_weights, self.model.state_dict())
+                    if self.stepped:  # unchanged weights are not a new version
+                        await asyncio.to_thread(self.policy.load_weights, self.model.state_dict())
                     self.step = nxt
                     if c.run.mode == "sync" and nxt < c.run.steps:
                         pending = asyncio.create_task(self.rollout(ex, nxt))
                     step_s = time.perf_counter() - t_step
                     row: dict[str, Any] = {
                         "step": self.step,
-                        "version": self.policy.current_version(),
+                        "version": self.version,
                         **roll,
                         **ginfo,
                         **stats,
