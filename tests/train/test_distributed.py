@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -105,3 +109,55 @@ def test_train_command_launches_the_processes_itself(toy_model: Path, tmp_path: 
     rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1] and rows[0]["episodes"] == 4
     assert (run / "final" / "config.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transfer", ["file", "gloo"])
+def test_two_processes_train_through_one_server_that_is_killed_and_restarted(
+    toy_model: Path, tmp_path: Path, transfer: str
+) -> None:
+    from test_server_training import _free_port, _serve, _wait_up
+
+    port = _free_port()
+    root = f"http://127.0.0.1:{port}"
+    flags = ("--weight-transfer",) if transfer == "gloo" else ()
+    procs = [_serve(toy_model, port, *flags)]
+    _wait_up(root, procs[0])
+    run = tmp_path / "run"
+    server = {"url": f"{root}/v1", "wait_s": 120, "weight_transfer": transfer}
+    cfg = small_config(str(run), run={"steps": 3}, grpo={"groups_per_step": 3}, server=server)
+    out = tmp_path / "out"
+    out.mkdir()
+    metrics = run / "metrics.jsonl"
+
+    def kill_after_step_1() -> None:
+        deadline = time.monotonic() + 240
+        while not (metrics.is_file() and metrics.read_text().strip()):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.01)
+        procs[-1].send_signal(signal.SIGKILL)
+        procs[-1].wait()
+        time.sleep(1.0)
+        procs.append(_serve(toy_model, port, *flags))
+
+    killer = threading.Thread(target=kill_after_step_1, daemon=True)
+    killer.start()
+    try:
+        _launch(2, "train", json.dumps(cfg), str(toy_model), str(out), timeout=400)
+        killer.join(timeout=60)
+        assert len(procs) == 2 and procs[0].returncode == -signal.SIGKILL
+        rows = [json.loads(ln) for ln in metrics.read_text().splitlines()]
+        assert [r["step"] for r in rows] == [1, 2, 3]
+        assert [r["version"] for r in rows] == [2, 3, 4]  # the leader's pushes, counted once
+        for r in rows:  # no episode lost to the kill, none scored from the restarted base
+            assert r["groups"] == 3 and r["episodes"] == 12 and r["excluded"] == 0, r
+        a, b = _weights(out, 0), _weights(out, 1)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        served_now = httpx.get(f"{root}/health", timeout=5).json()["policy_version"]
+        assert served_now >= 1  # the restarted server was given weights again
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -82,6 +82,13 @@ class World:
         if self.distributed:
             dist.barrier()
 
+    def store(self) -> Any:
+        """The process group's key-value store (``torch.distributed.Store``; set, get and
+        check by any rank at any time, no collective), or None in a single process."""
+        if not self.distributed:
+            return None
+        return dist.distributed_c10d._get_default_store()
+
 
 def current_world() -> World:
     """The world this process was launched into; joins the process group on first use.

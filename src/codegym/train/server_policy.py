@@ -22,6 +22,17 @@ never pushed (a restart it had not noticed) is handled the same way and never re
 trainer. Only when the server stays away past ``wait_s`` does a request fail, with a
 ``PolicyError``, which the rollout engine counts as infra (excluded, never reward 0). A
 push that finds the server down waits the same way.
+
+Several training processes (DDP). Every process generates its share through the server;
+only the leading one (``pusher``) pushes each step's weights, and the trainer holds the
+others at a barrier until it has. Each server version a push is answered with goes into
+``SharedVersions``, the process group's store, so every process tags its generations from
+the same map. Every process keeps the newest weights (``stage``): the first one to find
+the server restarted pushes them again and publishes the new version, and the others read
+it there instead of pushing too. Within one step, a restarted server's version numbers
+can equal the dead one's: an answer that arrives between a re-push and its publication is
+tagged with the dead server's (older) version, which over-counts its staleness, never
+under-counts it.
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ from codegym.policies.retry import Retry
 from codegym.train.weights_collective import CollectiveWeightsHook
 from codegym.train.weights_http import HttpWeightsHook, WeightsPushError
 
-__all__ = ["ServerPolicy"]
+__all__ = ["ServerPolicy", "SharedVersions"]
 
 _RECOVERIES = 3
 """Times one request may wait for the server to come back before it fails."""
@@ -68,6 +79,8 @@ class ServerPolicy:
         temperature: float = 1.0,
         weight_transfer: Literal["file", "gloo"] = "file",
         transfer_address: str = "127.0.0.1",
+        shared: SharedVersions | None = None,
+        pusher: bool = True,
     ) -> None:
         """
         Args:
@@ -84,6 +97,10 @@ class ServerPolicy:
             weight_transfer: ``file`` (``HttpWeightsHook``: a file in ``stage_dir``) or
                 ``gloo`` (``CollectiveWeightsHook``: vLLM's weight-transfer routes, the
                 tensors broadcast over a gloo group hosted at ``transfer_address``).
+            shared: with several training processes, the version map they share (every
+                process generates; see "Several training processes" in the module doc).
+            pusher: whether ``load_weights`` pushes (the leading process) or only keeps
+                the weights for a re-push after a restart (the others).
 
         Raises:
             PolicyError(kind="config"): the server cannot be reached or does not serve a
@@ -109,12 +126,16 @@ class ServerPolicy:
         )
         self.hook: HttpWeightsHook | CollectiveWeightsHook
         if weight_transfer == "gloo":
-            self.hook = CollectiveWeightsHook(self.base_url, address=transfer_address, token=token)
+            self.hook = CollectiveWeightsHook(
+                self.base_url, address=transfer_address, token=token, keep_group=pusher
+            )
         else:
             self.hook = HttpWeightsHook(self.base_url, stage_dir, token=token)
         self._version = 0
         self._versions: dict[int, int] = {}
         """Server version -> trainer version, for the weights this policy pushed."""
+        self.shared = shared
+        self.pusher = pusher
         self._lock = threading.Lock()
         """Held by a push and by recovery: one of them talks to the weight route at a time."""
         self._outage_deadline: float | None = None
@@ -139,6 +160,10 @@ class ServerPolicy:
         """
         with self._lock:
             version = self._version + 1
+            if not self.pusher:
+                self.hook.stage(weights)
+                self._version = version
+                return version
             try:
                 served: int | None = self.hook.load_weights(weights)
             except WeightsPushError as e:
@@ -154,8 +179,22 @@ class ServerPolicy:
                     raise WeightsPushError(str(e), reachable=False) from e
                 self._versions = {}
             self._version = version
-            self._versions[served] = version
+            self._mapped(served, version)
             return version
+
+    def _mapped(self, served: int, version: int) -> None:
+        self._versions[served] = version
+        if self.shared is not None:
+            self.shared.publish(served, version)
+
+    def _trainer_version(self, served: int | None) -> int | None:
+        """The trainer version whose weights server version ``served`` holds (None: not
+        weights any training process pushed)."""
+        if served is None:
+            return None
+        if self.shared is not None:
+            return self.shared.lookup(served)
+        return self._versions.get(served)
 
     # -- TokenPolicy -------------------------------------------------------------------
     async def generate_tokens(
@@ -171,7 +210,7 @@ class ServerPolicy:
                 await self._recover_async()
                 continue
             versions = [
-                self._versions.get(g.policy_version) if g.policy_version is not None
+                await self._tag(g.policy_version) if g.policy_version is not None
                 else sent_under
                 for g in gens
             ]  # fmt: skip
@@ -194,6 +233,16 @@ class ServerPolicy:
             f"push (its policy_version is not one it was given) after {_RECOVERIES} "
             "re-pushes; is another trainer pushing to the same server?",
         )
+
+    async def _tag(self, served: int) -> int | None:
+        found = self._trainer_version(served)
+        if found is None and self.shared is not None:
+            # Another process may have pushed these weights and not yet published them.
+            for _ in range(40):
+                await asyncio.sleep(0.05)
+                if (found := self._trainer_version(served)) is not None:
+                    break
+        return found
 
     async def _recover_async(self) -> None:
         try:
@@ -226,13 +275,14 @@ class ServerPolicy:
             served = self._wait_for_server()
             if self.hook.staged is None:
                 return  # nothing pushed yet: there is nothing to give back
-            if served is not None and self._versions.get(served) == self._version:
+            if self._trainer_version(served) == self._version:
                 return  # back with the newest weights
             # A lower or unknown version (vLLM reports none): push the newest again.
             self.recoveries += 1
             again = self._push_when_back()
             # Versions the dead server gave out mean nothing to the new one.
-            self._versions = {again: self._version}
+            self._versions = {}
+            self._mapped(again, self._version)
 
     def _push_when_back(self) -> int:
         """Push the newest staged weights once the server answers (it may die again
@@ -302,6 +352,25 @@ class ServerPolicy:
                 "processed_logprobs) or sample at temperature 1",
             )
         return str(first["id"])
+
+
+class SharedVersions:
+    """Server version -> trainer version, shared by every training process through the
+    process group's key-value store (``World.store``): read and written at any time, with
+    no collective call, so a process that re-pushed after a restart tells the others."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def publish(self, served: int, version: int) -> None:
+        # A restarted server counts from 0 again: its versions overwrite the dead one's.
+        self._store.set(f"codegym/served/{served}", str(version))
+
+    def lookup(self, served: int) -> int | None:
+        key = f"codegym/served/{served}"
+        if not self._store.check([key]):
+            return None
+        return int(self._store.get(key))
 
 
 def _reported_version(r: httpx.Response) -> int | None:

@@ -70,11 +70,11 @@ from codegym.train.checkpoint import (
     read_record,
     save_checkpoint,
 )
-from codegym.train.config import ConfigError, TrainConfig
+from codegym.train.config import TrainConfig
 from codegym.train.distributed import World, current_world
 from codegym.train.grpo import group_advantages, grpo_loss, token_logprobs
 from codegym.train.policy import PromptTokenizer, TrainablePolicy, local_policy
-from codegym.train.server_policy import ServerPolicy
+from codegym.train.server_policy import ServerPolicy, SharedVersions
 from codegym.train.split import LINEAGE_FILE, split_tasks
 
 __all__ = ["Sample", "Trainer", "build_batch", "training_policy"]
@@ -158,12 +158,6 @@ class Trainer:
     ) -> None:
         self.config = config
         self.world = world or current_world()
-        if self.world.distributed and config.server.url is not None:
-            raise ConfigError(
-                "server.url with several training processes is not supported yet (each rank "
-                "would push its own copy of the weights); train with one process, or "
-                "generate in-process"
-            )
         self.model_dir = Path(model_dir)
         self.run_dir = Path(config.checkpoint.dir)
         self.on_step = on_step
@@ -182,7 +176,7 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, lambda s: min(1.0, (s + 1) / o.warmup_steps) if o.warmup_steps else 1.0
         )
-        self.policy: TrainablePolicy = policy or training_policy(config, self.model_dir)
+        self.policy: TrainablePolicy = policy or training_policy(config, self.model_dir, self.world)
         tok = self.policy.tokenizer
         self.pad_id = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
         self.step = 0
@@ -207,7 +201,14 @@ class Trainer:
         )
         if self.step == 0 and isinstance(self.policy, ServerPolicy):
             # The server may hold anything (another run's weights): start it from ours.
-            self.policy.load_weights(self.model.state_dict())
+            self._push()
+
+    def _push(self) -> None:
+        """Give the policy the model's weights; with several processes and a server, the
+        others wait until the leader's push is done (and its version published)."""
+        self.policy.load_weights(self.model.state_dict())
+        if isinstance(self.policy, ServerPolicy):
+            self.world.barrier()
 
     @property
     def version(self) -> int:
@@ -240,7 +241,7 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
         self.step = int(state["step"])
         self.parent = read_record(ckpt).get("id", self.parent)
-        self.policy.load_weights(self.model.state_dict())
+        self._push()
         saved = state.get("policy_version")  # absent in checkpoints before 2026-12-03
         if isinstance(saved, int):
             self._version_base = saved - self.policy.current_version()
@@ -439,7 +440,7 @@ class Trainer:
                     stats = await asyncio.to_thread(self.train_step, batch)
                     train_s = time.perf_counter() - t0
                     if self.stepped:  # unchanged weights are not a new version
-                        await asyncio.to_thread(self.policy.load_weights, self.model.state_dict())
+                        await asyncio.to_thread(self._push)
                     self.step = nxt
                     if c.run.mode == "sync" and nxt < c.run.steps:
                         pending = asyncio.create_task(self.rollout(ex, nxt))
@@ -551,16 +552,25 @@ def _merge_ranks(
     return roll, info
 
 
-def training_policy(config: TrainConfig, model_dir: Path) -> TrainablePolicy:
+def training_policy(
+    config: TrainConfig, model_dir: Path, world: World | None = None
+) -> TrainablePolicy:
     """The policy ``config`` asks for: a model server's client (``server.url``), else an
-    in-process sampler of ``model_dir``."""
+    in-process sampler of ``model_dir``. In a ``world`` of several processes each gets
+    its own client; they share one version map and only the leader pushes."""
     s = config.server
     if s.url is None:
         return local_policy(model_dir, max_batch=config.sampling.max_batch, seed=config.run.seed)
+    world = world or World()
+    stage = Path(s.stage_dir or Path(config.checkpoint.dir) / "stage")
+    if world.distributed:
+        stage = stage / f"rank-{world.rank}"  # each process keeps its own newest copy
     return ServerPolicy(
         s.url,
         model_dir,
-        s.stage_dir or Path(config.checkpoint.dir) / "stage",
+        stage,
+        shared=SharedVersions(world.store()) if world.distributed else None,
+        pusher=world.leader,
         model=s.model,
         token=os.environ.get(s.token_env) or None,
         concurrency=s.concurrency,

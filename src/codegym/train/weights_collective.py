@@ -50,6 +50,7 @@ class CollectiveWeightsHook:
         timeout_s: float = 120.0,
         packed: bool = True,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        keep_group: bool = True,
     ) -> None:
         """
         Args:
@@ -60,12 +61,17 @@ class CollectiveWeightsHook:
             token: bearer token for the routes (the server's weights token).
             timeout_s: bound on joining the group and on one broadcast.
             packed: broadcast the tensors' bytes in buckets instead of one by one.
+            keep_group: keep the group for the next push; False leaves it after each push
+                (a process that pushes only after a restart: the server then fails the
+                regular pusher's next push at once, which joins again, instead of waiting
+                on this process's idle group).
         """
         self.root = base_url.rstrip("/").removesuffix("/v1")
         self.address = address
         self.timeout_s = timeout_s
         self.packed = packed
         self.bucket_bytes = bucket_bytes
+        self.keep_group = keep_group
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(headers=headers, timeout=timeout_s + 10)
         self._group: Group | None = None
@@ -86,14 +92,18 @@ class CollectiveWeightsHook:
                 ``repush``).
         """
         before = self.staged
-        # A copy: the optimizer changes the trainer's tensors in place after this returns.
-        self.staged = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in weights.items()}
+        self.stage(weights)
         try:
             return self.repush()
         except WeightsPushError as e:
             if e.reachable:
                 self.staged = before
             raise
+
+    def stage(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Keep ``weights`` as the newest without sending them (for a later ``repush``)."""
+        # A copy: the optimizer changes the trainer's tensors in place after this returns.
+        self.staged = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in weights.items()}
 
     def repush(self) -> int:
         """Send the newest weights again, joining a new group if the old one is gone.
@@ -116,6 +126,8 @@ class CollectiveWeightsHook:
         except WeightsPushError:
             self._group = None
             raise
+        if not self.keep_group:
+            self._group = self._store = None
         self._pushes += 1
         version = body.get("policy_version")
         # vLLM reports no version: count the pushes instead (one a load, like the server).

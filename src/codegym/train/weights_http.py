@@ -66,21 +66,27 @@ class HttpWeightsHook:
             WeightsPushError: the server refused the weights or could not be reached
                 (``reachable`` says which; the staged file is kept for ``repush``).
         """
-        self._pushes += 1
-        path = self.stage_dir / f"weights-{self._pushes:06d}.safetensors"
-        # Tied tensors share storage, which safetensors refuses: save independent copies.
-        save_file({k: v.detach().cpu().clone().contiguous() for k, v in weights.items()}, path)
-        before, self.staged = self.staged, path
+        before = self.staged
+        path = self.stage(weights)
         try:
-            version = self.repush()
+            return self.repush()
         except WeightsPushError as e:
             if e.reachable:  # refused: these weights are no good; the last good ones stay
                 path.unlink(missing_ok=True)
                 self.staged = before
             raise
+
+    def stage(self, weights: Mapping[str, torch.Tensor]) -> Path:
+        """Write ``weights`` as the newest staged file without pushing them (a training
+        process that is not the one pushing keeps them for a ``repush``)."""
+        self._pushes += 1
+        path = self.stage_dir / f"weights-{self._pushes:06d}.safetensors"
+        # Tied tensors share storage, which safetensors refuses: save independent copies.
+        save_file({k: v.detach().cpu().clone().contiguous() for k, v in weights.items()}, path)
+        self.staged = path
         old = self.stage_dir / f"weights-{self._pushes - 2:06d}.safetensors"
         old.unlink(missing_ok=True)
-        return version
+        return path
 
     def repush(self) -> int:
         """Make the server load the newest staged weights again (after it restarted).
