@@ -100,13 +100,30 @@ def test_a_server_that_lost_its_group_is_joined_again(server: ModelServer, toy_m
         assert server.receiver is not None
         server.receiver.close()  # what a restarted server looks like: no group
         state = _shifted(toy_model, 0.05)
-        with pytest.raises(WeightsPushError) as e:
-            hook.load_weights(state)
-        assert not e.value.reachable and "init_weight_transfer_engine" in str(e.value)
-        hook.repush()  # ServerPolicy does this once /health answers
+        hook.load_weights(state)  # not_initialized: it joins again and pushes
         assert _served_equals(server, state)
     finally:
         hook.close()
+
+
+def test_two_trainers_pushing_in_turn_never_wait_on_each_other(
+    server: ModelServer, toy_model: Path
+) -> None:
+    """Each join replaces the other's group; the header makes the server say so at once
+    (group_changed) instead of waiting on a broadcast the other trainer will not send."""
+    a = CollectiveWeightsHook(server.base_url, timeout_s=60)
+    b = CollectiveWeightsHook(server.base_url, timeout_s=60)
+    try:
+        t0 = time.monotonic()
+        for i in range(3):
+            for hook, by in ((a, 0.1 + i), (b, 0.2 + i)):
+                state = _shifted(toy_model, by)
+                hook.load_weights(state)
+                assert _served_equals(server, state)
+        assert time.monotonic() - t0 < 50  # no push waited out a 60 s timeout
+    finally:
+        a.close()
+        b.close()
 
 
 def test_a_trainer_that_dies_mid_broadcast_leaves_the_server_serving(

@@ -10,8 +10,9 @@ the policy decodes in its worker thread.
 
 Auth: with ``api_key`` every ``/v1`` route needs ``Authorization: Bearer <api_key>``
 (like vLLM's ``--api-key``). With ``weights_token`` the weight routes (and the
-weight-transfer ones) need that token instead. Without either, anyone who can reach the port can make the server load any
-safetensors file it can read: keep the default loopback address, or set a token.
+weight-transfer ones) need that token instead. Without either, anyone who can reach the
+port can make the server load any safetensors file it can read: keep the default loopback
+address, or set a token.
 
 Errors are OpenAI error JSON, ``{"error": {"message", "type", "param", "code"}}`` with a
 string ``code`` (or null), as clients expect: 400 for a bad field (the message names it;
@@ -46,7 +47,7 @@ from codegym.serving.protocol import (
     WeightsRequest,
 )
 from codegym.serving.responses import as_chat, as_response, response_events
-from codegym.serving.weight_transfer import WeightReceiver
+from codegym.serving.weight_transfer import GROUP_HEADER, WeightReceiver
 
 log = logging.getLogger("codegym.serving")
 M = TypeVar("M", bound=BaseModel)
@@ -238,6 +239,8 @@ def _transfer_routes(
                 req = await _parse(request, model)
                 if isinstance(req, Response):
                     return req
+                if act in (start, update):  # they check the caller's group (optional)
+                    return _json(await act(req, request.headers.get(GROUP_HEADER)))
                 return _json(await act(req))
 
             answer: Response = await guarded(request, call)
@@ -254,10 +257,10 @@ def _transfer_routes(
             receiver.init, i.master_address, i.master_port, i.rank_offset, i.world_size
         )
 
-    async def start(req: StartUpdateRequest) -> dict[str, Any]:
-        return await asyncio.to_thread(receiver.start, req.is_checkpoint_format)
+    async def start(req: StartUpdateRequest, group: str | None) -> dict[str, Any]:
+        return await asyncio.to_thread(receiver.start, req.is_checkpoint_format, group)
 
-    async def update(req: UpdateWeightsRequest) -> dict[str, Any]:
+    async def update(req: UpdateWeightsRequest, group: str | None) -> dict[str, Any]:
         u = req.update_info
         return await asyncio.to_thread(
             receiver.update,
@@ -266,6 +269,7 @@ def _transfer_routes(
             u.shapes,
             packed=u.packed,
             bucket_bytes=u.packed_buffer_size_bytes,
+            group=group,
         )
 
     async def finish(_: BaseModel | None) -> dict[str, Any]:

@@ -44,6 +44,9 @@ from codegym.serving.engine import RequestError
 log = logging.getLogger("codegym.serving")
 
 DEFAULT_BUCKET_BYTES = 64 << 20
+GROUP_HEADER = "x-codegym-transfer-group"
+"""Names the group a start or update is meant for (``ADDRESS:PORT`` of its store); vLLM
+ignores it, this server refuses a stale one (``group_changed``)."""
 
 _c10d: Any = dist
 """torch's stubs export neither the gloo group's class nor the store's."""
@@ -99,7 +102,7 @@ def unpack(
     at = 0
     for dtype, shape in zip(dtypes, shapes, strict=True):
         n = _nbytes(dtype, shape)
-        yield flat[at : at + n].view(dtype).view(*shape).clone()
+        yield flat[at : at + n].view(dtype).view(*shape)  # a view: loading copies it
         at += n
 
 
@@ -128,6 +131,8 @@ class WeightReceiver:
         self.policy = policy
         self.timeout_s = timeout_s
         self._group: Group | None = None
+        self._joined: str | None = None
+        """``ADDRESS:PORT`` of the trainer's store the group was made on."""
         self._pending: dict[str, torch.Tensor] | None = None
         self._lock = threading.Lock()
 
@@ -156,6 +161,7 @@ class WeightReceiver:
                     master_address, master_port, world_size, master=False, timeout_s=self.timeout_s
                 )
                 self._group = gloo_group(store, rank_offset, world_size, local, self.timeout_s)
+                self._joined = f"{master_address}:{master_port}"
             except (OSError, RuntimeError) as e:
                 raise RequestError(
                     f"init_info: cannot join the trainer's group at {master_address}:"
@@ -168,7 +174,11 @@ class WeightReceiver:
         )
         return {"status": "ok", "rank": rank_offset, "world_size": world_size}
 
-    def start(self, is_checkpoint_format: bool) -> dict[str, Any]:
+    def start(self, is_checkpoint_format: bool, group: str | None = None) -> dict[str, Any]:
+        """Begin an update. ``group`` (the ``x-codegym-transfer-group`` header, optional)
+        names the group the caller joined, ``ADDRESS:PORT``; another one is refused with
+        ``group_changed`` (409), so a trainer whose group was replaced by another
+        trainer's joins again instead of announcing tensors nobody will broadcast."""
         if not is_checkpoint_format:
             raise RequestError(
                 "is_checkpoint_format false: this server takes the model's own (checkpoint) "
@@ -176,7 +186,7 @@ class WeightReceiver:
                 "is_checkpoint_format",
             )
         with self._lock:
-            self._need_group()
+            self._need_group(group)
             self._pending = {}
         return {"status": "ok"}
 
@@ -188,8 +198,10 @@ class WeightReceiver:
         *,
         packed: bool,
         bucket_bytes: int,
+        group: str | None = None,
     ) -> dict[str, Any]:
-        """Receive the tensors named (blocks while rank 0 broadcasts them).
+        """Receive the tensors named (blocks while rank 0 broadcasts them); ``group`` as
+        in ``start``.
 
         Raises:
             RequestError: no update was started, or the names, dtypes or shapes do not fit
@@ -197,7 +209,7 @@ class WeightReceiver:
                 once); the broadcast failed (502: the trainer died or timed out).
         """
         with self._lock:
-            group = self._need_group()
+            pg = self._need_group(group)
             if self._pending is None:
                 raise RequestError(
                     "update_weights before start_weight_update: start an update first",
@@ -217,7 +229,7 @@ class WeightReceiver:
                     e if isinstance(e, RequestError) else RequestError(str(e), "update_info")
                 ) from e
             try:
-                received = dict(self._receive(group, names, dtypes, shapes, packed, bucket_bytes))
+                received = dict(self._receive(pg, names, dtypes, shapes, packed, bucket_bytes))
             except RuntimeError as e:
                 self._drop()
                 raise RequestError(
@@ -255,7 +267,7 @@ class WeightReceiver:
         with self._lock:
             self._drop()
 
-    def _need_group(self) -> Group:
+    def _need_group(self, named: str | None = None) -> Group:
         if self._group is None:
             raise RequestError(
                 "no weight-transfer group: call init_weight_transfer_engine first (a server "
@@ -263,10 +275,19 @@ class WeightReceiver:
                 None,
                 code="not_initialized",
             )
+        if named is not None and named != self._joined:
+            raise RequestError(
+                f"the weight-transfer group is now {self._joined}, not {named}: another "
+                "trainer joined since; join again (init_weight_transfer_engine)",
+                None,
+                status=409,
+                code="group_changed",
+            )
         return self._group
 
     def _drop(self) -> None:
         self._group = None  # its sockets close with it: the peers' pending ops fail
+        self._joined = None
         self._pending = None
 
     def _receive(

@@ -27,6 +27,7 @@ import torch
 
 from codegym.serving.weight_transfer import (
     DEFAULT_BUCKET_BYTES,
+    GROUP_HEADER,
     Group,
     buckets,
     gloo_group,
@@ -48,7 +49,7 @@ class CollectiveWeightsHook:
         address: str = "127.0.0.1",
         token: str | None = None,
         timeout_s: float = 120.0,
-        packed: bool = True,
+        packed: bool = False,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         keep_group: bool = True,
     ) -> None:
@@ -60,7 +61,9 @@ class CollectiveWeightsHook:
                 and sockets bind to it).
             token: bearer token for the routes (the server's weights token).
             timeout_s: bound on joining the group and on one broadcast.
-            packed: broadcast the tensors' bytes in buckets instead of one by one.
+            packed: broadcast the tensors' bytes in buckets instead of one by one (fewer
+                messages, one more copy each side: faster for a 1M-parameter model here,
+                slower for 86M; ``benchmarks/weights_push_bench.py``).
             keep_group: keep the group for the next push; False leaves it after each push
                 (a process that pushes only after a restart: the server then fails the
                 regular pusher's next push at once, which joins again, instead of waiting
@@ -76,6 +79,7 @@ class CollectiveWeightsHook:
         self._client = httpx.Client(headers=headers, timeout=timeout_s + 10)
         self._group: Group | None = None
         self._store: Any = None
+        self._joined: str | None = None
         self._version = 0
         self._pushes = 0
         self.staged: dict[str, torch.Tensor] | None = None
@@ -114,17 +118,14 @@ class CollectiveWeightsHook:
         if self.staged is None:
             raise WeightsPushError("no weights were staged yet; call load_weights first")
         try:
-            if self._group is None:
-                self._group = self._join()
-            self._post("/pause", None)
             try:
-                self._post("/start_weight_update", {"is_checkpoint_format": True})
-                self._send(self._group, self.staged)
-                body = self._post("/finish_weight_update", {})
-            finally:
-                self._resume()
+                body = self._push_once(self.staged)
+            except _GroupLost:
+                # The server restarted, or another trainer joined it since: join again.
+                self._group = None
+                body = self._push_once(self.staged)
         except WeightsPushError:
-            self._group = None
+            self._group = self._store = None
             raise
         if not self.keep_group:
             self._group = self._store = None
@@ -140,6 +141,17 @@ class CollectiveWeightsHook:
     def close(self) -> None:
         self._group = self._store = None
         self._client.close()
+
+    def _push_once(self, state: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+        if self._group is None:
+            self._group = self._join()
+        self._post("/pause", None)
+        try:
+            self._post("/start_weight_update", {"is_checkpoint_format": True}, group=True)
+            self._send(self._group, state)
+            return self._post("/finish_weight_update", {})
+        finally:
+            self._resume()
 
     # -- the group and the broadcast ------------------------------------------------------
     def _join(self) -> Group:
@@ -174,6 +186,7 @@ class CollectiveWeightsHook:
                 reachable=False,
             ) from e
         self._store = store  # the group's rendezvous: kept for the group's life
+        self._joined = f"{self.address}:{store.port}"
         return group
 
     def _send(self, group: Group, state: Mapping[str, torch.Tensor]) -> None:
@@ -186,7 +199,7 @@ class CollectiveWeightsHook:
             "packed": self.packed,
             "packed_buffer_size_bytes": self.bucket_bytes,
         }
-        asked = _Call(self._post, "/update_weights", {"update_info": info})
+        asked = _Call(self._post, "/update_weights", {"update_info": info}, True)
         timeout = datetime.timedelta(seconds=self.timeout_s)
         try:
             if self.packed:
@@ -197,8 +210,10 @@ class CollectiveWeightsHook:
                 for t in tensors:
                     group.broadcast(t, 0).wait(timeout)
         except RuntimeError as e:
-            asked.join()
-            asked.result()  # a refusal (the server dropped the group) says why
+            # A refusal (the server then drops the group, which failed the broadcast)
+            # comes back at once and says why; a server that is stuck is not waited for.
+            asked.join(timeout=10)
+            asked.result()
             raise WeightsPushError(
                 f"{self.root}: the weight broadcast failed: {str(e)[:200]}", reachable=False
             ) from e
@@ -209,8 +224,11 @@ class CollectiveWeightsHook:
     def _get(self, path: str) -> dict[str, Any]:
         return self._answer(path, lambda url: self._client.get(url))
 
-    def _post(self, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
-        return self._answer(path, lambda url: self._client.post(url, json=body))
+    def _post(self, path: str, body: dict[str, Any] | None, group: bool = False) -> dict[str, Any]:
+        """POST ``body``; ``group``: name the group joined, so the server refuses the call
+        if its group is another's."""
+        headers = {GROUP_HEADER: self._joined} if group and self._joined else None
+        return self._answer(path, lambda url: self._client.post(url, json=body, headers=headers))
 
     def _resume(self) -> None:
         try:
@@ -231,17 +249,28 @@ class CollectiveWeightsHook:
                 '--weight-transfer-config), or use server.weight_transfer = "file"'
             )
         if r.status_code != 200:
-            # 5xx: the server (or the group) failing, not these weights; and a server that
-            # restarted has no group (not_initialized): joining again helps.
-            lost = r.status_code >= 500 or "not_initialized" in r.text
-            raise WeightsPushError(
-                f"{url}: HTTP {r.status_code}: {r.text[:500]}", reachable=not lost
-            )
+            message = f"{url}: HTTP {r.status_code}: {r.text[:500]}"
+            if _error_code(r) in ("not_initialized", "group_changed"):
+                raise _GroupLost(message, reachable=False)  # joining again helps
+            # 5xx: the server (or the group) failing, not these weights.
+            raise WeightsPushError(message, reachable=r.status_code < 500)
         try:
             body = r.json() if r.content.strip() else {}
         except ValueError:
             body = {}
         return body if isinstance(body, dict) else {}
+
+
+class _GroupLost(WeightsPushError):
+    """The server has no group, or another trainer's: join again."""
+
+
+def _error_code(r: httpx.Response) -> str | None:
+    try:
+        code = r.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return code if isinstance(code, str) else None
 
 
 class _Call:
@@ -260,10 +289,11 @@ class _Call:
         except BaseException as e:  # noqa: BLE001  # handed to the caller by result()
             self._error = e
 
-    def join(self) -> None:
-        self._thread.join()
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
 
     def result(self) -> Any:
+        """What the call returned (raising what it raised); None while it runs."""
         if self._error is not None:
             raise self._error
         return self._out
