@@ -201,3 +201,63 @@ def test_rollout_tracks_its_run_in_mlflow(tmp_path: Path, monkeypatch: pytest.Mo
     (run,) = client.search_runs([exp.experiment_id])
     assert run.data.params["env"] == "code" and run.data.metrics["requested"] == 4
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"summary.json"}
+
+
+def test_eval_and_rollout_mirror_their_run_folders_to_s3(tmp_path: Path) -> None:
+    """--mirror against a real S3-compatible server (moto) on loopback, found through the
+    AWS_* variables the way a user's MinIO or S3 would be."""
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    moto.start()
+    aws = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}  # fmt: skip
+    try:
+        s3 = s3fs.S3FileSystem(
+            key="test",
+            secret="test",
+            endpoint_url=aws["AWS_ENDPOINT_URL"],
+            skip_instance_cache=True,
+        )
+        s3.mkdir("runs")
+        env = {**os.environ, "OPENAI_API_KEY": "test", **aws}
+        with FakeOpenAIServer(responder=answer) as srv:
+            cmd = [CODEGYM, "eval", "--suite", "humaneval", "--model", "fake-model",
+                   "--base-url", srv.base_url, "-n", "1", "--limit", "3", "--out",
+                   str(tmp_path / "ev"), "--no-store", "--no-ground-truth", "--json",
+                   "--mirror", "s3://runs/evals"]  # fmt: skip
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+            assert r.returncode == 0, r.stderr
+            cmd = [CODEGYM, "rollout", "--env", "code", "--model", srv.model, "--base-url",
+                   srv.base_url, "--groups", "1", "--group-size", "2", "--out",
+                   str(tmp_path / "ro"), "--no-store",
+                   "--mirror", "s3://runs/rollouts"]  # fmt: skip
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+            assert r.returncode == 0, r.stderr
+        s3.invalidate_cache()
+        for remote, local in (
+            ("runs/evals/ev", tmp_path / "ev"),
+            ("runs/rollouts/ro", tmp_path / "ro"),
+        ):
+            names = {f.name for f in local.iterdir() if f.is_file()}
+            assert names and {p.rsplit("/", 1)[1] for p in s3.find(remote)} == names
+            for name in names:
+                assert s3.cat_file(f"{remote}/{name}") == (local / name).read_bytes()
+    finally:
+        moto.stop()
+
+
+def test_an_unwritable_mirror_fails_before_the_run(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("a file, not a folder")
+    with FakeOpenAIServer(responder=answer) as srv:
+        r = run_eval(srv.base_url, tmp_path / "run", tmp_path / "s.duckdb",
+                     "--mirror", f"file://{blocked}/runs")  # fmt: skip
+        assert r.returncode == 2, r.stderr
+        assert "--mirror" in r.stderr and srv.requests == 0
+    assert not (tmp_path / "run").exists()

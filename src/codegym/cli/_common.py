@@ -38,7 +38,42 @@ SinceOption = Annotated[
     ),
 ]
 
+MirrorOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Also copy the run folder to this fsspec URL (s3://bucket/runs, file:///…): "
+        "to URL/<folder name>, once the run is written. Checked before the run starts.",
+        show_default=False,
+    ),
+]
+
 console = Console(stderr=True)
+
+
+def check_mirror(url: str | None) -> None:
+    """Fail now (exit 2) if ``--mirror URL`` cannot be written, not after the run."""
+    if url is None:
+        return
+    from codegym.train.checkpoint import CheckpointError, check_remote
+
+    try:
+        check_remote(url, label="--mirror")
+    except CheckpointError as e:
+        fail(str(e))
+
+
+def mirror_run(folder: Path, url: str | None) -> None:
+    """Copy the run ``folder`` to ``url/<folder name>`` (exit 4 if that fails: the run
+    itself is complete and kept locally)."""
+    if url is None:
+        return
+    from codegym.train.checkpoint import CheckpointError, mirror_path
+
+    try:
+        where = mirror_path(folder, url, label="--mirror")
+    except CheckpointError as e:
+        fail(f"{e} The run is complete in {folder}.", code=4)
+    console.print(f"run folder mirrored to {where}")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

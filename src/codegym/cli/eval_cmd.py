@@ -13,13 +13,16 @@ import typer
 from codegym.cli._common import (
     FormatOption,
     MetricsPortOption,
+    MirrorOption,
     SinceOption,
     TraceFileOption,
+    check_mirror,
     console,
     fail,
     finish_in_store,
     json_object,
     made_from,
+    mirror_run,
     mlflow_run,
     open_sandbox,
     open_store,
@@ -122,18 +125,21 @@ def eval_(
             "otherwise: such a number is not held out)."
         ),
     ] = False,
+    mirror: MirrorOption = None,
 ) -> None:
     """Sample a model on a suite, score every sample in the sandbox, write a run folder.
 
     Generations and scores are stored by content, so re-running finishes only what is
     missing: a killed run resumes, a finished one returns at once.
-    Exit codes: 0 done, 2 bad input, 3 too many infra failures (see the diagnosis).
+    Exit codes: 0 done, 2 bad input, 3 too many infra failures (see the diagnosis), 4 the
+    run is written but --mirror could not copy it.
     """
     from codegym._registry import UnknownName
     from codegym.policies.registry import make_policy
 
     if export and no_store:
         fail("--export reads the run back from the store: drop --no-store")
+    check_mirror(mirror)
     if mode not in ("completions", "chat"):
         fail(f"--mode {mode!r}: use 'completions' or 'chat'")
     if n < 1 or not 1 <= model_concurrency <= 4096 or flaky_repeats < 1:
@@ -246,6 +252,7 @@ def eval_(
     _print_summary(summary, as_json)
     if not as_json:
         typer.echo(f"wrote {out / 'results.jsonl'} and {out / 'summary.json'}", err=True)
+    mirror_run(out, mirror)  # a failed run's folder too: it holds the diagnosis
     if summary["status"] != "ok":
         fail(summary["diagnosis"], code=3)
 

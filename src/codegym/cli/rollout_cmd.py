@@ -3,7 +3,8 @@
 ``rollout`` writes ``DIR/trajectories.jsonl`` (scored episodes), ``DIR/excluded.jsonl``
 (episodes not scored, with the reason) and ``DIR/summary.json`` (``requested``, ``scored``,
 ``excluded`` by reason, faults, timings); with a store, trajectories are also stored by
-content key. Exit codes: 0 done, 2 bad input, 3 the circuit breaker stopped the run.
+content key. Exit codes: 0 done, 2 bad input, 3 the circuit breaker stopped the run, 4 the
+run is written but ``--mirror`` could not copy it.
 
 ``replay`` re-runs each trajectory's recorded turns through its env and prints the
 differences; exit 1 when any trajectory differs.
@@ -27,10 +28,13 @@ import typer
 from codegym._registry import load_plugins
 from codegym.cli._common import (
     MetricsPortOption,
+    MirrorOption,
     TraceFileOption,
+    check_mirror,
     fail,
     json_object,
     made_from,
+    mirror_run,
     mlflow_run,
     open_store,
     start_telemetry,
@@ -136,8 +140,10 @@ def rollout(
     ] = None,
     metrics_port: MetricsPortOption = None,
     trace_file: TraceFileOption = None,
+    mirror: MirrorOption = None,
 ) -> None:
     """Run GROUPS × GROUP_SIZE episodes of an env against a model server; write a run folder."""
+    check_mirror(mirror)
     start_telemetry(metrics_port, trace_file)
     for f in env_file or []:
         load_env_file(f)
@@ -209,6 +215,7 @@ def rollout(
             mf.log_metrics(nums)
             mf.log_artifact(out / "summary.json")
     typer.echo(json.dumps(summary, indent=2))
+    mirror_run(out, mirror)
     if summary.get("aborted"):
         fail(summary["aborted"], code=3)
 

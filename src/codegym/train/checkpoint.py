@@ -213,23 +213,28 @@ def _shown(url: str) -> str:
     return re.sub(r"//[^/@]*@", "//***@", url)
 
 
-def _remote_error(remote: str, doing: str, e: BaseException) -> CheckpointError:
+def _remote_error(
+    remote: str, doing: str, e: BaseException, label: str = "checkpoint.remote"
+) -> CheckpointError:
     return CheckpointError(
-        f"checkpoint.remote {_shown(remote)}: {doing} failed ({type(e).__name__}: {e}). {_FIX}"
+        f"{label} {_shown(remote)}: {doing} failed ({type(e).__name__}: {e}). {_FIX}"
     )
 
 
-def _remote_fs(remote: str, options: Mapping[str, Any] | None) -> tuple[Any, str]:
-    """The fsspec file system for ``remote`` and the root path on it (no trailing slash)."""
+def _remote_fs(
+    remote: str, options: Mapping[str, Any] | None, label: str = "checkpoint.remote"
+) -> tuple[Any, str]:
+    """The fsspec file system for ``remote`` and the root path on it (no trailing slash);
+    errors name the setting ``label``."""
     import fsspec  # loaded only when a remote is configured
 
     try:
         fs, root = fsspec.core.url_to_fs(remote, **dict(options or {}))
     except ImportError as e:  # fsspec's message names the package, e.g. "install s3fs"
-        raise CheckpointError(f"checkpoint.remote {_shown(remote)}: {e}") from e
+        raise CheckpointError(f"{label} {_shown(remote)}: {e}") from e
     except (ValueError, TypeError) as e:
         raise CheckpointError(
-            f"checkpoint.remote {_shown(remote)}: not a usable fsspec URL or options ({e}). "
+            f"{label} {_shown(remote)}: not a usable fsspec URL or options ({e}). "
             "Give a URL such as s3://bucket/prefix, file:///path or memory://name"
         ) from e
     return fs, str(root).rstrip("/")
@@ -260,7 +265,9 @@ def _remote_listing(fs: Any, root: str) -> dict[int, set[str]]:
     return found
 
 
-def check_remote(remote: str, options: Mapping[str, Any] | None = None) -> None:
+def check_remote(
+    remote: str, options: Mapping[str, Any] | None = None, *, label: str = "checkpoint.remote"
+) -> None:
     """Write, read back, delete and list a probe file under ``remote``: run once before
     training, so a wrong URL or missing credentials stop the run at its start instead of
     at its first checkpoint.
@@ -270,7 +277,7 @@ def check_remote(remote: str, options: Mapping[str, Any] | None = None) -> None:
             remote cannot be reached, written or listed (the message names the URL and
             what to check).
     """
-    fs, root = _remote_fs(remote, options)
+    fs, root = _remote_fs(remote, options, label)
     probe = f"{root}/.codegym-write-check-{uuid.uuid4().hex}"
     body = b"codegym checks that it can write checkpoints here\n"
     try:
@@ -282,7 +289,7 @@ def check_remote(remote: str, options: Mapping[str, Any] | None = None) -> None:
         _remote_listing(fs, root)
     # Backends raise their own types (botocore, aiohttp, OSError); each becomes one error.
     except Exception as e:
-        raise _remote_error(remote, "writing a probe file", e) from e
+        raise _remote_error(remote, "writing a probe file", e, label) from e
 
 
 def mirror_checkpoint(path: Path, remote: str, options: Mapping[str, Any] | None = None) -> str:
@@ -316,16 +323,22 @@ def mirror_checkpoint(path: Path, remote: str, options: Mapping[str, Any] | None
     return f"{remote.rstrip('/')}/{path.name}"
 
 
-def mirror_path(path: Path, remote: str, options: Mapping[str, Any] | None = None) -> str:
-    """Copy a run file or folder beside the checkpoints (``metrics.jsonl``, ``final/``) to
+def mirror_path(
+    path: Path,
+    remote: str,
+    options: Mapping[str, Any] | None = None,
+    *,
+    label: str = "checkpoint.remote",
+) -> str:
+    """Copy a run file or folder (``metrics.jsonl``, ``final/``, an eval's run folder) to
     ``<remote>/<path.name>``, replacing what is there; return that URL.
 
     Raises:
-        CheckpointError: ``path`` is missing, or an upload failed.
+        CheckpointError: ``path`` is missing, or an upload failed (naming ``label``).
     """
     if not path.exists():
         raise CheckpointError(f"{path}: does not exist; nothing to mirror")
-    fs, root = _remote_fs(remote, options)
+    fs, root = _remote_fs(remote, options, label)
     dest = f"{root}/{path.name}"
     try:
         if path.is_dir():
@@ -338,7 +351,7 @@ def mirror_path(path: Path, remote: str, options: Mapping[str, Any] | None = Non
         else:
             fs.put_file(str(path), dest)
     except Exception as e:  # any backend's failure, see check_remote
-        raise _remote_error(remote, f"uploading {path.name}", e) from e
+        raise _remote_error(remote, f"uploading {path.name}", e, label) from e
     return f"{remote.rstrip('/')}/{path.name}"
 
 
