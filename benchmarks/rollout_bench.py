@@ -14,9 +14,13 @@ ideal is concurrency ÷ latency), side by side per latency:
    fixed latency, no concurrency cap); client and server CPU per episode are both shown.
 3. ``http+10%faults``: the same with 10% of requests failing (500s, dropped connections,
    hangs cut by the policy timeout), hedging off: every episode must be accounted for.
-4. ``http+10%faults+hedge``: the same faults with ``OpenAIPolicy``'s hedging on (a second
-   copy of a request still unanswered 1.5x the 95th percentile of recent latencies after
-   it was sent), against the same fault-free run.
+4. ``http+10%faults+hedge``: the same faults with ``OpenAIPolicy``'s copies on (``Hedge``:
+   a second copy of a request still unanswered ``--hedge-factor`` x the 95th percentile of
+   recent latencies after it was sent, and ``--tail`` copies at most of each request into
+   the room idle at the end of the run), against the same fault-free run.
+
+Both faulty runs retry a 500 or a dropped connection at once the first time
+(``Retry.at_once``; ``--no-at-once`` restores backoff for every retry).
 
 ``cpu_cap/s`` is what the CPUs allow: cores ÷ (client + server CPU per episode). When it is
 below the ideal, the machine, not the engine, is the limit (at 50 ms latency and 512 in
@@ -172,7 +176,9 @@ def serve(latency: float, fault_rate: float, seed: int) -> None:
         threading.Event().wait()
 
 
-def _policy(url: str, latency: float, concurrency: int, hedge: Hedge | None) -> OpenAIPolicy:
+def _policy(
+    url: str, latency: float, concurrency: int, hedge: Hedge | None, at_once: bool = True
+) -> OpenAIPolicy:
     # Twice the latency: a hang is cut soon, a slow-but-healthy answer on a loaded box is not.
     return OpenAIPolicy(
         url,
@@ -180,7 +186,7 @@ def _policy(url: str, latency: float, concurrency: int, hedge: Hedge | None) -> 
         mode="chat",
         concurrency=concurrency,
         timeout_s=max(2 * latency, latency + 0.5),
-        retry=Retry(attempts=3, base_s=0.05, max_s=0.5),
+        retry=Retry(attempts=3, base_s=0.05, max_s=0.5, at_once=at_once),
         hedge=hedge,
     )
 
@@ -212,16 +218,18 @@ def http_run(
     concurrency: int,
     group: int,
     hedge: Hedge | None = None,
+    at_once: bool = True,
 ) -> dict[str, Any]:
     srv = _Server(latency, fault_rate)
     try:
 
         async def go() -> dict[str, Any]:
-            async with _policy(srv.url, latency, concurrency, hedge) as policy:
+            async with _policy(srv.url, latency, concurrency, hedge, at_once) as policy:
                 s0 = srv.cpu_s()
                 row = await _run(policy, episodes, concurrency, group)
                 row["server_cpu_ms"] = round(1000 * (srv.cpu_s() - s0) / episodes, 3)
                 row["hedges"], row["hedge_wins"] = policy.hedges, policy.hedge_wins
+                row["tail_copies"], row["tail_wins"] = policy.tail_copies, policy.tail_wins
                 return row
 
         return asyncio.run(go())
@@ -237,16 +245,16 @@ def throughput(a: argparse.Namespace) -> list[dict[str, Any]]:
         runs: dict[str, list[dict[str, Any]]] = {
             "engine": [], "http": [], "http+10%faults": [], "http+10%faults+hedge": []
         }  # fmt: skip
-        hedge = Hedge(factor=a.hedge_factor)
+        hedge = Hedge(factor=a.hedge_factor, tail=a.tail, tail_quiet=a.tail_quiet)
         for _ in range(a.repeat):
             engine = asyncio.run(_run(SleepPolicy(latency), a.episodes, a.concurrency, a.group))
             runs["engine"].append(engine)
             runs["http"].append(http_run(latency, 0.0, a.episodes, a.concurrency, a.group))
             runs["http+10%faults"].append(
-                http_run(latency, 0.10, a.episodes, a.concurrency, a.group)
+                http_run(latency, 0.10, a.episodes, a.concurrency, a.group, None, a.at_once)
             )
             runs["http+10%faults+hedge"].append(
-                http_run(latency, 0.10, a.episodes, a.concurrency, a.group, hedge)
+                http_run(latency, 0.10, a.episodes, a.concurrency, a.group, hedge, a.at_once)
             )
         for name, reps in runs.items():
             row = dict(min(reps, key=lambda r: abs(r["episodes_per_s"] - _med(reps))))
@@ -371,6 +379,12 @@ def table(rows: list[dict[str, Any]]) -> str:
         )
         lines.append("  ".join(f"{v!s:>11}" for v in vals))
     for r in rows:
+        if r.get("hedges") or r.get("tail_copies"):
+            lines.append(
+                f"{r['run']}: {r['hedges']} hedges ({r['hedge_wins']} won), "
+                f"{r['tail_copies']} tail copies ({r['tail_wins']} won)"
+            )
+    for r in rows:
         if "rss_mb" in r:
             lines.append(
                 f"{r['run']}: {r['episodes']} episodes, {r['episodes_per_s']}/s, "
@@ -394,6 +408,15 @@ def main() -> None:
     ap.add_argument(
         "--hedge-factor", type=float, default=1.5,
         help="the hedged run's Hedge.factor: hedge after this many times the usual latency",
+    )  # fmt: skip
+    ap.add_argument(
+        "--tail", type=int, default=Hedge.tail,
+        help="the hedged run's Hedge.tail: most tail copies of one request (1 = none)",
+    )  # fmt: skip
+    ap.add_argument("--tail-quiet", type=float, default=Hedge.tail_quiet, help="Hedge.tail_quiet")
+    ap.add_argument(
+        "--no-at-once", dest="at_once", action="store_false",
+        help="back off before every retry (Retry(at_once=False)), as before 2026-12-03",
     )  # fmt: skip
     ap.add_argument("--json", action="store_true", help="also print the rows as JSON")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)

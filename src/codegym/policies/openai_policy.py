@@ -15,9 +15,17 @@ the rollout's limit. The wire format is the OpenAI API's (``/completions``,
 sends them).
 
 At most ``concurrency`` requests are in flight per policy (a semaphore held only while a
-request is on the wire, not while backing off). Bodies are parsed by
-``codegym.policies._parse`` so vLLM's extra fields (token ids) survive and a garbled body
-is a ``bad_response``, not an attribute error somewhere later.
+request is on the wire, not while backing off). Copies of a request (``Hedge``: a hedge of
+a slow one, tail copies into idle room at the end of a run) ride on the original's slot:
+they never delay a first attempt, the first good answer wins and cancels the others, and a
+request that fails in every copy fails as its original did, so copies change neither what
+an episode is counted as nor which ``PolicyError`` kind an infra failure ends as. Only
+requests whose copies sample the same thing are copied: seeded or greedy ones (the rollout
+engine seeds every episode); an unseeded sampled request never is, since the copy that
+answers first would favour short completions.
+
+Bodies are parsed by ``codegym.policies._parse`` so vLLM's extra fields (token ids) survive
+and a garbled body is a ``bad_response``, not an attribute error somewhere later.
 
 The HTTP session is bound to the event loop that first used it; the policy keeps one
 session per running loop and ``aclose()`` (or ``async with``) releases it.
@@ -37,7 +45,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import aiohttp
@@ -48,6 +56,9 @@ from codegym.policies.policy import Generation, Prompt, SamplingParams
 from codegym.policies.retry import Hedge, Latencies, Retry, is_retryable_status, parse_retry_after
 
 Mode = Literal["completions", "chat"]
+Answer = tuple[int, bytes, "str | None"]
+"""One HTTP answer: status, body, Retry-After."""
+CopyRole = Literal["original", "hedge", "tail"]
 
 
 class _Attempt(Exception):
@@ -61,6 +72,7 @@ class _Attempt(Exception):
         retryable: bool,
         status: int | None = None,
         retry_after_s: float | None = None,
+        fast: bool = False,
     ) -> None:
         super().__init__(detail)
         self.kind: PolicyErrorKind = kind
@@ -68,6 +80,58 @@ class _Attempt(Exception):
         self.retryable = retryable
         self.status = status
         self.retry_after_s = retry_after_s
+        self.fast = fast
+        """The server answered at once, badly (``Retry.at_once``)."""
+
+
+class _Race:
+    """One request's copies on the wire. The first good answer (status < 400) wins and the
+    other copies are cancelled; once every copy has ended badly, the original's outcome is
+    the race's, so a hedged request fails exactly as an unhedged one would."""
+
+    def __init__(
+        self, policy: OpenAIPolicy, post: Callable[[], Awaitable[Answer]], copyable: bool
+    ) -> None:
+        self.policy = policy
+        self.post = post
+        self.copyable = copyable
+        """Whether a copy gives the same answer (module doc: seeded or greedy)."""
+        self.winner: asyncio.Future[asyncio.Task[Answer]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.copies: dict[asyncio.Task[Answer], CopyRole] = {}
+        self.original: asyncio.Task[Answer] | None = None
+        self.sent = 0
+        """Copies sent so far, the original included (ended ones too)."""
+
+    def add(self, role: CopyRole) -> None:
+        task = asyncio.ensure_future(self.post())
+        self.copies[task] = role
+        self.sent += 1
+        self.original = self.original or task
+        self.policy._on_wire += 1
+        self.policy._hedges_on_wire += role == "hedge"
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[Answer]) -> None:
+        policy, role = self.policy, self.copies.pop(task)
+        policy._on_wire -= 1
+        policy._hedges_on_wire -= role == "hedge"
+        if not task.cancelled():
+            failed = task.exception() is not None or task.result()[0] >= 400
+            if not failed and not self.winner.done():
+                self.winner.set_result(task)
+                policy.hedge_wins += role == "hedge"
+                policy.tail_wins += role == "tail"
+                self.cancel()
+            elif not self.copies and not self.winner.done():
+                assert self.original is not None
+                self.winner.set_result(self.original)  # every copy failed: the original's
+        policy._fill_soon()  # a copy's room is free
+
+    def cancel(self) -> None:
+        for task in self.copies:
+            task.cancel()
 
 
 class OpenAIPolicy:
@@ -99,8 +163,9 @@ class OpenAIPolicy:
             mode: ``"completions"`` (raw text prompts) or ``"chat"`` (message lists).
             concurrency: most requests in flight at once.
             retry: retry budget and backoff (default ``Retry()``).
-            hedge: when to send a second copy of a request slower than the server usually
-                is (default ``Hedge()``); None never hedges.
+            hedge: when to send more copies of a request: a hedge of one slower than the
+                server usually is, tail copies into room left idle at the end of a run
+                (default ``Hedge()``); None sends no copies.
             timeout_s: bound on each attempt, connect to last byte.
             logprobs: ask for per-token logprobs of the sampled tokens.
             token_ids: ask a vLLM server for prompt and output token ids
@@ -141,6 +206,17 @@ class OpenAIPolicy:
         """Requests sent a second time because the first was slow."""
         self.hedge_wins = 0
         """... of which the second copy answered first."""
+        self.tail_copies = 0
+        """Copies sent into idle room at the end of a run (``Hedge.tail``)."""
+        self.tail_wins = 0
+        """... of which one answered first."""
+        self._races: dict[_Race, None] = {}  # in flight, oldest first
+        self._on_wire = 0  # copies in flight, originals included
+        self._peak = 0  # most requests in flight since the policy was last idle
+        self._hedges_on_wire = 0
+        self._last_first = 0.0  # perf_counter of the latest first attempt
+        self._fill_at: asyncio.TimerHandle | None = None
+        self._failing = 0.0  # recent share of failed attempts (moving average)
         self.timeout_s = float(timeout_s)
         self.logprobs = logprobs
         self.token_ids = token_ids
@@ -156,7 +232,12 @@ class OpenAIPolicy:
             "User-Agent": "codegym",
         }
         self._sem: asyncio.Semaphore | None = None
-        self._hedge_sem: asyncio.Semaphore | None = None
+        self._hedge_cap = 0
+
+    @property
+    def on_wire(self) -> int:
+        """Requests on the wire now, hedges and tail copies included."""
+        return self._on_wire
 
     async def __aenter__(self) -> OpenAIPolicy:
         return self
@@ -167,7 +248,9 @@ class OpenAIPolicy:
     async def aclose(self) -> None:
         """Close the HTTP session of the current loop (idempotent)."""
         session, self._session, self._loop, self._sem = self._session, None, None, None
-        self._hedge_sem = None
+        if self._fill_at is not None:
+            self._fill_at.cancel()
+            self._fill_at = None
         if session is not None and not session.closed:
             await session.close()
 
@@ -194,8 +277,7 @@ class OpenAIPolicy:
             )
             self._sem = asyncio.Semaphore(self.concurrency)
             budget = self.hedge.budget if self.hedge is not None else 0.0
-            hedges = int(budget * self.concurrency) or (1 if budget > 0 else 0)
-            self._hedge_sem = asyncio.Semaphore(hedges) if hedges else None
+            self._hedge_cap = int(budget * self.concurrency) or (1 if budget > 0 else 0)
             self._loop = loop
         return self._session, self._sem
 
@@ -237,7 +319,20 @@ class OpenAIPolicy:
         kw.update(extra)  # server-specific fields sit at the top level of the body
         return kw
 
-    async def _attempt(self, body: bytes, n: int, mode: Mode) -> list[Generation]:
+    async def _attempt(
+        self, body: bytes, n: int, mode: Mode, first: bool, copyable: bool
+    ) -> list[Generation]:
+        try:
+            gens = await self._attempt_once(body, n, mode, first, copyable)
+        except _Attempt:
+            self._failing += (1.0 - self._failing) / 16
+            raise
+        self._failing -= self._failing / 16
+        return gens
+
+    async def _attempt_once(
+        self, body: bytes, n: int, mode: Mode, first: bool, copyable: bool
+    ) -> list[Generation]:
         session, sem = self._bind()
         url = (
             f"{self.base_url}/chat/completions"
@@ -246,21 +341,26 @@ class OpenAIPolicy:
         )
         async with sem:
             start = time.perf_counter()
-            status, content, retry_after = await self._race(session, url, body)
+            if first:
+                self._last_first = start
+            status, content, retry_after = await self._race(session, url, body, copyable)
             model_s = time.perf_counter() - start
+        self._fill_soon()  # a slot is free: maybe the tail has come
         if status >= 400:
+            wait = parse_retry_after(retry_after)
             raise _Attempt(
                 "http_status",
                 f"HTTP {status}: {_snippet(content)}",
                 retryable=is_retryable_status(status),
                 status=status,
-                retry_after_s=parse_retry_after(retry_after),
+                retry_after_s=wait,
+                fast=status >= 500 and wait is None,
             )
         try:
             gens = parse_response(json.loads(content), mode, n, model_s)
         except (ValueError, BadResponse) as e:  # JSONDecodeError is a ValueError
             raise _Attempt(
-                "bad_response", f"{e} (body: {_snippet(content)})", retryable=True
+                "bad_response", f"{e} (body: {_snippet(content)})", retryable=True, fast=True
             ) from e
         if self._latencies is not None:
             self._latencies.add(model_s)
@@ -283,48 +383,85 @@ class OpenAIPolicy:
                 "timeout", f"no answer within {self.timeout_s:g} s", retryable=True
             ) from e
         except (aiohttp.ClientError, OSError) as e:  # reset, dropped, cut-off body
-            raise _Attempt("connection", f"{type(e).__name__}: {e}", retryable=True) from e
+            raise _Attempt(
+                "connection", f"{type(e).__name__}: {e}", retryable=True, fast=True
+            ) from e
 
     async def _race(
-        self, session: aiohttp.ClientSession, url: str, body: bytes
-    ) -> tuple[int, bytes, str | None]:
-        """``_post``, hedged: a request still unanswered after the usual latency (``Hedge``)
-        is sent once more if the hedge budget allows; the first good answer wins."""
-        delay = self._latencies.delay() if self._latencies is not None else None
-        hedges = self._hedge_sem
-        first = asyncio.ensure_future(self._post(session, url, body))
-        pending: set[asyncio.Future[tuple[int, bytes, str | None]]] = {first}
+        self, session: aiohttp.ClientSession, url: str, body: bytes, copyable: bool
+    ) -> Answer:
+        """``_post`` with copies (``Hedge``): a hedge once the request is slower than usual
+        (if the hedge budget allows), tail copies while room is idle (``_fill``); none for
+        a request that is not ``copyable``."""
+        race = _Race(self, lambda: self._post(session, url, body), copyable)
+        self._races[race] = None
+        self._peak = max(self._peak, len(self._races))
         try:
-            if delay is None or hedges is None:
-                return await first
-            done, _ = await asyncio.wait(pending, timeout=delay)
-            if done or hedges.locked():  # answered in time, or no budget: no hedge
-                return await first
-            async with hedges:
-                self.hedges += 1
-                second = asyncio.ensure_future(self._post(session, url, body))
-                pending.add(second)
-                failure: BaseException | None = None
-                answer: tuple[int, bytes, str | None] | None = None
-                while pending:
-                    done, pending = await asyncio.wait(pending, return_when="FIRST_COMPLETED")
-                    for task in done:
-                        if task.exception() is not None:
-                            failure = task.exception()
-                            continue
-                        answer = task.result()
-                        if answer[0] < 400:  # a good answer: the race is over
-                            self.hedge_wins += task is second
-                            return answer
-                if answer is not None:  # both answered with an error status: the last
-                    return answer
-                assert failure is not None
-                raise failure
+            race.add("original")
+            self._fill_soon()
+            delay = self._latencies.delay() if self._latencies is not None and copyable else None
+            if delay is not None:
+                done, _ = await asyncio.wait({race.winner}, timeout=delay)
+                if not done and self._hedges_on_wire < self._hedge_cap:
+                    self.hedges += 1
+                    race.add("hedge")
+            return (await race.winner).result()
         finally:
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+            del self._races[race]
+            race.cancel()
+            if not self._races:
+                self._peak = 0  # idle: the next burst sets its own peak
+
+    def _fill_soon(self) -> None:
+        """Arrange a ``_fill`` when room is idle and no first attempt has been sent for
+        ``Hedge.tail_quiet`` usual latencies (one timer at a time, none in steady state)."""
+        hedge, lat, sem = self.hedge, self._latencies, self._sem
+        if hedge is None or lat is None or sem is None or self._fill_at is not None:
+            return
+        usual = lat.usual()
+        if hedge.tail < 2 or usual is None or not self._races or sem.locked():
+            return
+        if self._on_wire >= self._room():
+            return
+        wait = self._last_first + hedge.tail_quiet * usual - time.perf_counter()
+        loop = asyncio.get_running_loop()
+        self._fill_at = loop.call_later(max(0.0, wait), self._fill)
+
+    def _room(self) -> int:
+        """Copies the server may have in flight: what this run has used, up to the cap (a
+        caller that sends one request at a time gets no tail copies)."""
+        return min(self.concurrency, self._peak)
+
+    def _fill(self) -> None:
+        """Fill idle room with copies of the requests in flight, fewest copies first; a
+        request gets at most ``Hedge.tail`` copies in all (a copy that fails is not
+        replaced past that), so a server failing fast is not hammered."""
+        self._fill_at = None
+        hedge, lat, sem = self.hedge, self._latencies, self._sem
+        if hedge is None or lat is None or sem is None or sem.locked():
+            return  # a request is waiting for a slot: the run is not at its tail
+        usual = lat.usual() or 0.0
+        if time.perf_counter() < self._last_first + hedge.tail_quiet * usual:
+            self._fill_soon()  # a first attempt went out since the timer was set
+            return
+        room = self._room() - self._on_wire
+        races = sorted(
+            (
+                r
+                for r in self._races
+                if r.copyable and not r.winner.done() and r.copies and r.sent < hedge.tail
+            ),
+            key=lambda r: r.sent,
+        )  # sorted() is stable: the oldest first among equals
+        while room > 0 and races:
+            more = []
+            for race in races[:room]:
+                race.add("tail")
+                self.tail_copies += 1
+                room -= 1
+                if race.sent < hedge.tail:
+                    more.append(race)
+            races = more
 
     async def generate(
         self,
@@ -409,12 +546,19 @@ class OpenAIPolicy:
 
     async def _with_retries(self, kw: dict[str, Any], n: int, mode: Mode) -> list[Generation]:
         body = json.dumps(kw, ensure_ascii=False).encode("utf-8")  # once, for every attempt
+        # A copy of a seeded or greedy request samples what the original would; a copy of
+        # any other is another sample, and keeping the first to answer would favour short,
+        # fast completions (a biased sample for an eval, an off-policy one for training).
+        copyable = kw.get("seed") is not None or kw.get("temperature") == 0
         last: _Attempt | None = None
         for attempt in range(self.retry.attempts):
             if last is not None:
-                await asyncio.sleep(self.retry.delay(attempt - 1, last.retry_after_s, self._rng))
+                fast = last.fast and self._failing < 0.5  # otherwise healthy
+                wait = self.retry.delay(attempt - 1, last.retry_after_s, self._rng, fast=fast)
+                if wait > 0:
+                    await asyncio.sleep(wait)
             try:
-                return await self._attempt(body, n, mode)
+                return await self._attempt(body, n, mode, attempt == 0, copyable)
             except _Attempt as failure:
                 last = failure
                 if not failure.retryable:
