@@ -16,7 +16,7 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM
 
 from codegym.serving.server import ModelServer
-from codegym.serving.weight_transfer import buckets, gloo_group
+from codegym.serving.weight_transfer import buckets, gloo_group, pack, unpack
 from codegym.train.weights_collective import CollectiveWeightsHook
 from codegym.train.weights_http import WeightsPushError
 
@@ -54,6 +54,14 @@ def test_a_push_installs_the_exact_weights_and_bumps_the_version(
         hook.close()
 
 
+def test_packed_tensors_of_mixed_dtypes_come_back_exactly() -> None:
+    # A bf16 tensor of odd length puts the next fp32 one at an offset 4 does not divide.
+    parts = [torch.randn(3).to(torch.bfloat16), torch.randn(2, 2), torch.randn(5).half()]
+    flat = pack(parts)
+    got = list(unpack(flat, [t.dtype for t in parts], [t.shape for t in parts]))
+    assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(parts, got, strict=True))
+
+
 def test_buckets_keep_order_and_the_limit() -> None:
     assert buckets([4, 4, 4, 10, 1], 8) == [[0, 1], [2], [3], [4]]
     assert buckets([], 8) == []
@@ -62,7 +70,7 @@ def test_buckets_keep_order_and_the_limit() -> None:
 
 @pytest.mark.parametrize(
     "spoil",
-    ["shape", "name", "missing"],
+    ["shape", "name", "missing", "dtype", "nan"],
 )
 def test_weights_that_do_not_fit_are_refused_at_once_and_nothing_changes(
     server: ModelServer, toy_model: Path, spoil: str
@@ -74,6 +82,10 @@ def test_weights_that_do_not_fit_are_refused_at_once_and_nothing_changes(
         bad[first] = torch.zeros(3)
     elif spoil == "name":
         bad["no.such.weight"] = torch.zeros(2)
+    elif spoil == "nan":
+        bad[first] = torch.full_like(good[first], float("nan"))
+    elif spoil == "dtype":
+        bad[first] = good[first].to(torch.int64)  # gloo could not carry some; none is a weight
     else:
         del bad[first]
     hook = CollectiveWeightsHook(server.base_url, timeout_s=60)
@@ -152,6 +164,7 @@ def test_a_trainer_that_dies_mid_broadcast_leaves_the_server_serving(
         "dtype_names": ["float32"] * len(state),
         "shapes": [list(t.shape) for t in state.values()],
     }
+    assert httpx.post(f"{root}/pause", timeout=10).json()["is_paused"] is True
     answers: list[httpx.Response] = []
     receiving = threading.Thread(
         target=lambda: answers.append(
@@ -166,6 +179,8 @@ def test_a_trainer_that_dies_mid_broadcast_leaves_the_server_serving(
     receiving.join(timeout=60)
     assert answers and answers[0].status_code == 502, answers[0].text if answers else None
     assert "init_weight_transfer_engine" in answers[0].json()["error"]["message"]
+    # The trainer paused the server and died: the dropped transfer resumed it.
+    assert httpx.get(f"{root}/is_paused", timeout=10).json() == {"is_paused": False}
     v = server.policy.policy_version
     assert httpx.post(f"{root}/finish_weight_update", json={}, timeout=10).status_code == 400
     assert server.policy.policy_version == v  # nothing half-received was loaded
@@ -183,7 +198,7 @@ def test_routes_out_of_order_or_malformed_are_clear_400s(server: ModelServer) ->
     r = httpx.post(f"{root}/start_weight_update", json={}, timeout=10)
     assert r.status_code == 400 and r.json()["error"]["code"] == "not_initialized"
     r = httpx.post(f"{root}/finish_weight_update", json={}, timeout=10)
-    assert r.status_code == 400 and "start_weight_update" in r.json()["error"]["message"]
+    assert r.status_code == 400 and r.json()["error"]["code"] == "not_initialized"
     bad_rank = {"master_address": "127.0.0.1", "master_port": 1, "rank_offset": 2, "world_size": 2}
     r = httpx.post(f"{root}/init_weight_transfer_engine", json={"init_info": bad_rank}, timeout=10)
     assert r.status_code == 400 and "rank_offset" in r.json()["error"]["message"]
@@ -233,3 +248,64 @@ async def test_pause_holds_new_requests_until_resume(server: ModelServer) -> Non
             await client.post(f"{root}/resume")
         r = await asyncio.wait_for(sent, 60)
         assert r.status_code == 200 and r.json()["choices"][0]["text"] is not None
+
+
+async def test_a_pause_no_resume_follows_ends_with_its_lease(server: ModelServer) -> None:
+    root = server.base_url.removesuffix("/v1")
+    assert server.receiver is not None
+    lease, server.receiver.timeout_s = server.receiver.timeout_s, 1.0  # the lease is this
+    body = {"model": server.model_name, "prompt": "def f", "max_tokens": 2}
+    try:
+        async with httpx.AsyncClient(timeout=60) as client:
+            await client.post(f"{root}/pause")
+            assert (await client.get(f"{root}/health")).json()["paused"] is True
+            r = await asyncio.wait_for(client.post(f"{server.base_url}/completions", json=body), 30)
+            assert r.status_code == 200  # answered once the lease ran out, no /resume sent
+            assert "paused" not in (await client.get(f"{root}/health")).json()
+    finally:
+        server.receiver.timeout_s = lease
+
+
+def test_a_hung_trainer_does_not_hold_up_the_next_ones_join(
+    server: ModelServer, toy_model: Path
+) -> None:
+    """A trainer announces tensors and never sends them (alive, stuck): another trainer
+    joins and pushes at once instead of waiting out the first one's transfer."""
+    root = server.base_url.removesuffix("/v1")
+    store = dist.TCPStore(
+        "127.0.0.1", 0, 2, is_master=True, timeout=datetime.timedelta(seconds=30),
+        wait_for_workers=False,
+    )  # fmt: skip
+    info = {"master_address": "127.0.0.1", "master_port": store.port, "world_size": 2}
+    asking = threading.Thread(
+        target=httpx.post,
+        args=(f"{root}/init_weight_transfer_engine",),
+        kwargs={"json": {"init_info": info}, "timeout": 60},
+    )
+    asking.start()
+    group = gloo_group(store, 0, 2, "127.0.0.1", 30)
+    asking.join()
+    httpx.post(f"{root}/start_weight_update", json={}, timeout=10)
+    state = _shifted(toy_model, 0.08)
+    update = {
+        "names": list(state),
+        "dtype_names": ["float32"] * len(state),
+        "shapes": [list(t.shape) for t in state.values()],
+    }
+    stuck = threading.Thread(
+        target=httpx.post,
+        args=(f"{root}/update_weights",),
+        kwargs={"json": {"update_info": update}, "timeout": 60},
+        daemon=True,
+    )
+    stuck.start()
+    time.sleep(0.5)  # the server now waits on the stuck trainer's broadcast
+    hook = CollectiveWeightsHook(server.base_url, timeout_s=60)
+    try:
+        t0 = time.monotonic()
+        hook.load_weights(state)
+        assert time.monotonic() - t0 < 20 and _served_equals(server, state)
+    finally:
+        hook.close()
+        del group, store  # the stuck trainer goes away: the server's wait on it ends
+        stuck.join(timeout=60)

@@ -150,6 +150,8 @@ def train(
             fail(f"training stopped at step {trainer.step}: {e.diagnosis}", code=3)
         except WeightsPushError as e:  # the model server stayed away or refused them
             fail(f"training stopped at step {trainer.step}: {e}", code=3)
+        except PolicyError as e:  # the in-process sampler refused the weights (NaN)
+            fail(f"training stopped at step {trainer.step}: {e}", code=3)
         final = trainer.save_final()
         trainer.close()
         if not trainer.world.leader:

@@ -372,10 +372,16 @@ class TransformersPolicy:
 
         Raises:
             FileNotFoundError: the path does not exist or holds no ``.safetensors`` file.
-            PolicyConfigError: keys or shapes do not match the served model (nothing is
-                changed); a ``ValueError`` too.
+            PolicyConfigError: keys or shapes do not match the served model, or a weight
+                is NaN or infinite (nothing is changed); a ``ValueError`` too.
         """
         state = _read_state(source)
+        # A diverged trainer's NaN or inf would be served as garbage (and every sampler
+        # call would fail): refuse them, nothing loaded, so the trainer stops loudly.
+        bad = [k for k, v in state.items() if v.is_floating_point() and not v.isfinite().all()]
+        if bad:
+            where = "the state dict" if isinstance(source, Mapping) else str(source)
+            raise PolicyConfigError(f"{where}: weights that are NaN or infinite: {bad[:5]}")
         with self._lock:
             self._check_state(state, source)
             self.model.load_state_dict(state, strict=False)

@@ -29,6 +29,8 @@ import hmac
 import json
 import logging
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request, Response
@@ -150,7 +152,10 @@ def create_model_app(
 
     @app.get("/health")
     async def health() -> Response:
-        return _json({"status": "ok", "policy_version": engine.policy.policy_version})
+        body = {"status": "ok", "policy_version": engine.policy.policy_version}
+        if engine.paused:
+            body["paused"] = True  # generation is held for a weight update (/pause)
+        return _json(body)
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
@@ -229,40 +234,61 @@ def create_model_app(
 def _transfer_routes(
     app: FastAPI, engine: ServingEngine, receiver: WeightReceiver, guarded: Any
 ) -> None:
-    """vLLM's weight-transfer and pause routes (at the root, as vLLM serves them)."""
+    """vLLM's weight-transfer and pause routes (at the root, as vLLM serves them).
+
+    Their blocking calls (joining a group, receiving tensors) run on a pool of their own,
+    so transfers that wait on a slow or hung trainer never hold the threads the rest of
+    the server loads weights with.
+    """
+    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="weight-transfer")
+    loop_of: dict[str, asyncio.AbstractEventLoop] = {}
+
+    async def blocking(fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(pool, partial(fn, *args))
+
+    def resume_from_any_thread() -> None:
+        loop = loop_of.get("loop")
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(engine.resume)
+
+    receiver.on_abandon = resume_from_any_thread  # a given-up transfer unpauses the server
 
     def route(path: str, model: type[BaseModel] | None, act: Any, method: str = "post") -> None:
         async def handler(request: Request) -> Response:
+            loop_of["loop"] = asyncio.get_running_loop()
+            group = request.headers.get(GROUP_HEADER)
+
             async def call() -> Response:
                 if model is None:
-                    return _json(await act(None))
+                    return _json(await act(None, group))
                 req = await _parse(request, model)
                 if isinstance(req, Response):
+                    if act is update:  # the trainer is about to broadcast: fail it now
+                        receiver.abandon()
                     return req
-                if act in (start, update):  # they check the caller's group (optional)
-                    return _json(await act(req, request.headers.get(GROUP_HEADER)))
-                return _json(await act(req))
+                return _json(await act(req, group))
 
             answer: Response = await guarded(request, call)
             return answer
 
         getattr(app, method)(path)(handler)
 
-    async def world_size(_: None) -> dict[str, Any]:
+    async def world_size(_: None, group: str | None) -> dict[str, Any]:
         return {"world_size": 1}
 
-    async def init(req: InitTransferRequest) -> dict[str, Any]:
+    async def init(req: InitTransferRequest, group: str | None) -> dict[str, Any]:
         i = req.init_info
-        return await asyncio.to_thread(
+        out: dict[str, Any] = await blocking(
             receiver.init, i.master_address, i.master_port, i.rank_offset, i.world_size
         )
+        return out
 
     async def start(req: StartUpdateRequest, group: str | None) -> dict[str, Any]:
-        return await asyncio.to_thread(receiver.start, req.is_checkpoint_format, group)
+        return receiver.start(req.is_checkpoint_format, group)
 
     async def update(req: UpdateWeightsRequest, group: str | None) -> dict[str, Any]:
         u = req.update_info
-        return await asyncio.to_thread(
+        call = partial(
             receiver.update,
             u.names,
             u.dtype_names,
@@ -271,19 +297,22 @@ def _transfer_routes(
             bucket_bytes=u.packed_buffer_size_bytes,
             group=group,
         )
+        out: dict[str, Any] = await blocking(call)
+        return out
 
-    async def finish(_: BaseModel | None) -> dict[str, Any]:
-        return await asyncio.to_thread(receiver.finish)
+    async def finish(_: None, group: str | None) -> dict[str, Any]:
+        out: dict[str, Any] = await blocking(receiver.finish, group)
+        return out
 
-    async def pause(_: None) -> dict[str, Any]:
-        engine.pause()
+    async def pause(_: None, group: str | None) -> dict[str, Any]:
+        engine.pause(lease_s=receiver.timeout_s)
         return {"status": "ok", "is_paused": True}
 
-    async def resume(_: None) -> dict[str, Any]:
+    async def resume(_: None, group: str | None) -> dict[str, Any]:
         engine.resume()
         return {"status": "ok", "is_paused": False}
 
-    async def is_paused(_: None) -> dict[str, Any]:
+    async def is_paused(_: None, group: str | None) -> dict[str, Any]:
         return {"is_paused": engine.paused}
 
     route("/get_world_size", None, world_size, "get")

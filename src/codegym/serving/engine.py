@@ -150,6 +150,7 @@ class ServingEngine:
         self.created = int(time.time())
         self._running = asyncio.Event()
         self._running.set()
+        self._lease: asyncio.TimerHandle | None = None
 
     # ---- pausing (vLLM's /pause and /resume) --------------------------------------------
 
@@ -157,11 +158,21 @@ class ServingEngine:
     def paused(self) -> bool:
         return not self._running.is_set()
 
-    def pause(self) -> None:
-        """Hold new generation requests until ``resume`` (those decoding now finish)."""
+    def pause(self, lease_s: float | None = None) -> None:
+        """Hold new generation requests until ``resume`` (those decoding now finish), or
+        for at most ``lease_s`` (then generation resumes by itself: a trainer that died
+        between its /pause and /resume does not leave the server paused for good)."""
         self._running.clear()
+        if self._lease is not None:
+            self._lease.cancel()
+            self._lease = None
+        if lease_s is not None:
+            self._lease = asyncio.get_running_loop().call_later(lease_s, self.resume)
 
     def resume(self) -> None:
+        if self._lease is not None:
+            self._lease.cancel()
+            self._lease = None
         self._running.set()
 
     # ---- models and weights ---------------------------------------------------------

@@ -32,7 +32,7 @@ import datetime
 import logging
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -102,7 +102,9 @@ def unpack(
     at = 0
     for dtype, shape in zip(dtypes, shapes, strict=True):
         n = _nbytes(dtype, shape)
-        yield flat[at : at + n].view(dtype).view(*shape)  # a view: loading copies it
+        # A copy: a slice's byte offset need not suit the dtype's alignment (a bf16 tensor
+        # of odd length before an fp32 one).
+        yield flat[at : at + n].clone().view(dtype).view(*shape)
         at += n
 
 
@@ -113,39 +115,62 @@ def _nbytes(dtype: torch.dtype, shape: Sequence[int]) -> int:
     return n
 
 
-def parse_dtype(name: str, index: int) -> torch.dtype:
+CARRIED = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+"""The dtypes a weight may travel as (gloo carries these; the model's own cast on load)."""
+
+JOIN_TIMEOUT_S = 30.0
+"""How long joining a trainer's group may take (its store answers at once when it is up)."""
+
+
+def parse_dtype(name: str, tensor: str) -> torch.dtype:
     dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype) or dtype.is_complex:
+    if not isinstance(dtype, torch.dtype) or dtype not in CARRIED:
         raise RequestError(
-            f"update_info.dtype_names[{index}] = {name!r}: not a torch dtype name "
-            "(float32, bfloat16, float16, ...)",
+            f"update_info: {tensor} as {name!r}: weights travel as one of "
+            f"{', '.join(str(d).removeprefix('torch.') for d in CARRIED)}",
             "update_info",
         )
     return dtype
 
 
 class WeightReceiver:
-    """This server's end of the weight-transfer group (module doc). One update at a time."""
+    """This server's end of the weight-transfer group (module doc).
 
-    def __init__(self, policy: TransformersPolicy, timeout_s: float = 300.0) -> None:
+    No lock is held across a network wait: joining a group and receiving tensors happen
+    outside ``_lock``, which guards only the state. Each join starts a new *epoch*; an
+    update or finish from an older one is refused (``group_changed``), so one trainer's
+    slow or hung transfer never blocks another's join, and never lands in its update.
+    ``on_abandon`` is called when a transfer is given up (a broadcast failed, the group
+    was dropped or replaced): the server resumes generation then, so a trainer that died
+    between ``/pause`` and ``/resume`` does not leave it paused.
+    """
+
+    def __init__(
+        self,
+        policy: TransformersPolicy,
+        timeout_s: float = 300.0,
+        on_abandon: Callable[[], None] | None = None,
+    ) -> None:
         self.policy = policy
         self.timeout_s = timeout_s
+        self.on_abandon = on_abandon
         self._group: Group | None = None
         self._joined: str | None = None
         """``ADDRESS:PORT`` of the trainer's store the group was made on."""
+        self._epoch = 0
         self._pending: dict[str, torch.Tensor] | None = None
         self._lock = threading.Lock()
 
     def init(
         self, master_address: str, master_port: int, rank_offset: int, world_size: int
     ) -> dict[str, Any]:
-        """Join the trainer's group as ``rank_offset`` (blocks until every rank joined).
-
-        A new init replaces the old group: a trainer that restarted joins afresh.
+        """Join the trainer's group as ``rank_offset`` (blocks until every rank joined, at
+        most ``JOIN_TIMEOUT_S``). A new init replaces the old group: a trainer that
+        restarted, or another one, joins afresh.
 
         Raises:
-            RequestError: the ranks do not fit, or the trainer's store cannot be reached
-                (502) or the group did not form within the timeout (504).
+            RequestError: the ranks do not fit (400), or the trainer's store cannot be
+                reached or the group did not form in time (502).
         """
         if not 1 <= rank_offset < world_size:
             raise RequestError(
@@ -154,21 +179,22 @@ class WeightReceiver:
                 "init_info",
             )
         with self._lock:
-            self._drop()
-            try:
-                local = _local_address(master_address, master_port)
-                store = new_store(
-                    master_address, master_port, world_size, master=False, timeout_s=self.timeout_s
-                )
-                self._group = gloo_group(store, rank_offset, world_size, local, self.timeout_s)
-                self._joined = f"{master_address}:{master_port}"
-            except (OSError, RuntimeError) as e:
-                raise RequestError(
-                    f"init_info: cannot join the trainer's group at {master_address}:"
-                    f"{master_port}: {type(e).__name__}: {str(e)[:300]}",
-                    "init_info",
-                    status=502,
-                ) from e
+            self._drop()  # the old group goes now: its trainer's next call is refused
+        try:
+            local = _local_address(master_address, master_port)
+            wait = min(self.timeout_s, JOIN_TIMEOUT_S)
+            store = new_store(master_address, master_port, world_size, master=False, timeout_s=wait)
+            group = gloo_group(store, rank_offset, world_size, local, self.timeout_s)
+        except (OSError, RuntimeError, ValueError) as e:
+            raise RequestError(
+                f"init_info: cannot join the trainer's group at {master_address}:"
+                f"{master_port}: {type(e).__name__}: {str(e)[:300]}",
+                "init_info",
+                status=502,
+            ) from e
+        with self._lock:
+            self._drop()  # a join that finished first meanwhile is replaced too
+            self._group, self._joined = group, f"{master_address}:{master_port}"
         log.info(
             "weight transfer: joined %s:%s as rank %s", master_address, master_port, rank_offset
         )
@@ -206,10 +232,12 @@ class WeightReceiver:
         Raises:
             RequestError: no update was started, or the names, dtypes or shapes do not fit
                 the model (400; the group is dropped so the trainer's broadcast fails at
-                once); the broadcast failed (502: the trainer died or timed out).
+                once); the broadcast failed (502: the trainer died or timed out); the group
+                was replaced meanwhile (409).
         """
         with self._lock:
             pg = self._need_group(group)
+            epoch = self._epoch
             if self._pending is None:
                 raise RequestError(
                     "update_weights before start_weight_update: start an update first",
@@ -217,38 +245,45 @@ class WeightReceiver:
                     code="not_started",
                 )
             try:
-                dtypes = [parse_dtype(n, i) for i, n in enumerate(dtype_names)]
+                dtypes = [parse_dtype(d, n) for d, n in zip(dtype_names, names, strict=True)]
                 meta = {
                     n: torch.empty(s, dtype=d, device="meta")
                     for n, d, s in zip(names, dtypes, shapes, strict=True)
                 }
                 self.policy.check_weights(meta, partial=True, where="update_info")
-            except (RequestError, ValueError) as e:
+            except Exception as e:  # any refusal (overflowing shapes raise TypeError too)
                 self._drop()
-                raise (
-                    e if isinstance(e, RequestError) else RequestError(str(e), "update_info")
-                ) from e
-            try:
-                received = dict(self._receive(pg, names, dtypes, shapes, packed, bucket_bytes))
-            except RuntimeError as e:
-                self._drop()
-                raise RequestError(
-                    f"the broadcast of the weights failed: {str(e)[:300]}; the trainer "
-                    "must join again (init_weight_transfer_engine)",
-                    "update_info",
-                    status=502,
-                ) from e
+                if isinstance(e, RequestError):
+                    raise
+                raise RequestError(f"update_info: {e}", "update_info") from e
+        try:
+            received = dict(self._receive(pg, names, dtypes, shapes, packed, bucket_bytes))
+        except RuntimeError as e:
+            with self._lock:
+                if self._epoch == epoch:
+                    self._drop()
+            raise RequestError(
+                f"the broadcast of the weights failed: {str(e)[:300]}; the trainer "
+                "must join again (init_weight_transfer_engine)",
+                "update_info",
+                status=502,
+            ) from e
+        with self._lock:
+            if self._epoch != epoch or self._pending is None:
+                raise _replaced()
             self._pending.update(received)
-            return {"status": "ok", "received": len(received)}
+        return {"status": "ok", "received": len(received)}
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, group: str | None = None) -> dict[str, Any]:
         """Load every tensor received since ``start``; the new ``policy_version``.
 
         Raises:
-            RequestError: no update was started, or what was received leaves model
-                weights out (nothing is loaded then).
+            RequestError: no update was started, the group was replaced (409), or what
+                was received leaves model weights out or is not finite (nothing is
+                loaded then).
         """
         with self._lock:
+            self._need_group(group)
             if self._pending is None:
                 raise RequestError(
                     "finish_weight_update before start_weight_update", None, code="not_started"
@@ -263,9 +298,13 @@ class WeightReceiver:
         log.info("weight transfer: %d tensors loaded, policy_version %s", len(state), version)
         return {"status": "ok", "policy_version": version}
 
-    def close(self) -> None:
+    def abandon(self) -> None:
+        """Drop the group (a request that can never be followed by its broadcast)."""
         with self._lock:
             self._drop()
+
+    def close(self) -> None:
+        self.abandon()
 
     def _need_group(self, named: str | None = None) -> Group:
         if self._group is None:
@@ -286,9 +325,15 @@ class WeightReceiver:
         return self._group
 
     def _drop(self) -> None:
-        self._group = None  # its sockets close with it: the peers' pending ops fail
+        """Forget the group (its sockets close with it: the peers' pending ops fail) and
+        any update in progress; a new epoch. Caller holds ``_lock``."""
+        had = self._group is not None or self._pending is not None
+        self._group = None
         self._joined = None
         self._pending = None
+        self._epoch += 1
+        if had and self.on_abandon is not None:
+            self.on_abandon()
 
     def _receive(
         self,
@@ -312,6 +357,16 @@ class WeightReceiver:
             group.broadcast(flat, 0).wait(timeout)
             parts = unpack(flat, [dtypes[i] for i in bucket], [shapes[i] for i in bucket])
             yield from zip((names[i] for i in bucket), parts, strict=True)
+
+
+def _replaced() -> RequestError:
+    return RequestError(
+        "the weight-transfer group was replaced during this update (another trainer "
+        "joined); join again",
+        None,
+        status=409,
+        code="group_changed",
+    )
 
 
 def _local_address(host: str, port: int) -> str:

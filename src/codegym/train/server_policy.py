@@ -290,6 +290,7 @@ class ServerPolicy:
         whose pushes keep failing (5xx, a broken transfer group) is given ``wait_s`` too.
         """
         deadline = time.monotonic() + self.wait_s
+        pause = 0.25
         while True:
             self._wait_for_server()
             try:
@@ -297,7 +298,8 @@ class ServerPolicy:
             except WeightsPushError as e:
                 if e.reachable or time.monotonic() >= deadline:
                     raise
-            time.sleep(0.25)
+            time.sleep(pause)
+            pause = min(5.0, pause * 2)  # a server failing pushes at once is not hammered
 
     def _wait_for_server(self) -> int | None:
         """Poll ``/health`` until it answers; the version it reports (None: none).

@@ -28,6 +28,7 @@ import torch
 from codegym.serving.weight_transfer import (
     DEFAULT_BUCKET_BYTES,
     GROUP_HEADER,
+    JOIN_TIMEOUT_S,
     Group,
     buckets,
     gloo_group,
@@ -149,7 +150,7 @@ class CollectiveWeightsHook:
         try:
             self._post("/start_weight_update", {"is_checkpoint_format": True}, group=True)
             self._send(self._group, state)
-            return self._post("/finish_weight_update", {})
+            return self._post("/finish_weight_update", {}, group=True)
         finally:
             self._resume()
 
@@ -160,7 +161,8 @@ class CollectiveWeightsHook:
             raise WeightsPushError(f"{self.root}/get_world_size: no world_size in {ranks!r}")
         world = ranks + 1
         try:
-            store = new_store(self.address, 0, world, master=True, timeout_s=self.timeout_s)
+            wait = min(self.timeout_s, JOIN_TIMEOUT_S)
+            store = new_store(self.address, 0, world, master=True, timeout_s=wait)
         except (OSError, RuntimeError) as e:
             raise WeightsPushError(
                 f"cannot host the weight-transfer group on {self.address}: {e}; set "
@@ -175,6 +177,8 @@ class CollectiveWeightsHook:
         # The group forms once the server joins it, which it does inside the HTTP call: form
         # ours on a thread, so that a server that refuses fails this at once.
         forming = _Call(gloo_group, store, 0, world, self.address, self.timeout_s)
+        # If this fails, the forming thread waits for a rank that will not come; it ends
+        # with the store's timeout (JOIN_TIMEOUT_S), so failed joins cannot pile up.
         self._post("/init_weight_transfer_engine", {"init_info": info})
         forming.join()
         try:
@@ -231,10 +235,11 @@ class CollectiveWeightsHook:
         return self._answer(path, lambda url: self._client.post(url, json=body, headers=headers))
 
     def _resume(self) -> None:
-        try:
-            self._post("/resume", None)
-        except WeightsPushError:
-            pass  # the push itself reports the server's state; a later push resumes it
+        try:  # quick: a hung server must not cost a second full timeout
+            r = self._client.post(f"{self.root}/resume", timeout=5.0)
+            r.raise_for_status()
+        except httpx.HTTPError:
+            pass  # the push itself reports the server's state; its pause lease ends it
 
     def _answer(self, path: str, send: Any) -> dict[str, Any]:
         url = f"{self.root}{path}"
