@@ -12,7 +12,8 @@ from codegym.policies import Hedge, OpenAIPolicy, PolicyError, Retry, SamplingPa
 from codegym.testing import FakeOpenAIServer
 
 SEEDED = SamplingParams(seed=1)
-"""Copies are made only of requests that sample the same thing again: seeded or greedy."""
+"""Copies are made only of requests that sample the same thing again: greedy ones, and
+seeded ones with ``Hedge(seeded=True)`` (the fake server's answers do not vary)."""
 NO_HEDGE = 1000.0  # a Hedge.factor that never fires in these tests: only tail copies act
 
 
@@ -65,7 +66,7 @@ async def _warm(p: OpenAIPolicy) -> None:
 
 def _policy(srv: FakeOpenAIServer, **kw: object) -> OpenAIPolicy:
     kw.setdefault("retry", Retry(attempts=1))
-    kw.setdefault("hedge", Hedge(factor=NO_HEDGE, warmup=8, tail=4, tail_quiet=0.5))
+    kw.setdefault("hedge", Hedge(factor=NO_HEDGE, warmup=8, tail=4, tail_quiet=0.5, seeded=True))
     return OpenAIPolicy(srv.base_url, srv.model, concurrency=4, **kw)  # type: ignore[arg-type]
 
 
@@ -131,7 +132,7 @@ async def test_a_request_failing_in_every_copy_fails_as_its_original() -> None:
 async def test_hedges_stay_within_their_budget() -> None:
     """Every request hangs once warmed up: at most budget x concurrency hedges go out."""
     with FakeOpenAIServer(latency_s=0.02) as srv:
-        hedge = Hedge(factor=2.0, warmup=8, budget=0.25, tail=1)
+        hedge = Hedge(factor=2.0, warmup=8, budget=0.25, tail=1, seeded=True)
         async with OpenAIPolicy(
             srv.base_url, srv.model, concurrency=8, timeout_s=0.5, retry=Retry(attempts=1),
             hedge=hedge,
@@ -165,7 +166,7 @@ async def test_a_rollout_with_copies_counts_every_episode_once() -> None:
         for kind, at in (("hang", range(20, 200, 9)), ("server_error", range(24, 200, 7))):
             srv.fail(kind, at=at, hang_s=30.0)  # type: ignore[arg-type]
         srv.fail("drop", at=range(26, 200, 11))
-        hedge = Hedge(factor=1.5, warmup=8, tail=4)
+        hedge = Hedge(factor=1.5, warmup=8, tail=4, seeded=True)
         async with OpenAIPolicy(
             srv.base_url, srv.model, mode="chat", concurrency=16, timeout_s=1.0, hedge=hedge,
             retry=Retry(attempts=3, base_s=0.01),
@@ -206,3 +207,26 @@ async def test_an_unseeded_sampled_request_is_never_copied(params: SamplingParam
             async with asyncio.timeout(10):  # greedy: copied, so the hang costs no timeout
                 await asyncio.gather(*(p.generate("x", greedy) for _ in range(4)))
             assert p.tail_copies + p.hedges > before
+
+
+async def test_a_garbled_answer_from_a_copy_does_not_beat_a_good_original() -> None:
+    """Found by a review: any status under 400 used to win the race, so a copy's fast
+    garbled 200 cancelled a good original and turned a success into bad_response."""
+    import json
+
+    from codegym.policies.openai_policy import _parses, _Race
+
+    good = json.dumps({"choices": [{"text": "ok", "finish_reason": "stop", "index": 0}]}).encode()
+    answers = iter([(0.2, good), (0.0, b'{"choices": [{"text": "oo')])
+
+    async def post() -> tuple[int, bytes, str | None]:
+        delay, body = next(answers)
+        await asyncio.sleep(delay)
+        return 200, body, None
+
+    p = OpenAIPolicy("http://127.0.0.1:9/v1", "m", hedge=Hedge(tail=4, seeded=True))
+    race = _Race(p, post, True, lambda a: _parses(a[1], "completions", 1))
+    race.add("original")
+    race.add("tail")  # answers first, garbled
+    winner = await asyncio.wait_for(race.winner, 5)
+    assert winner.result()[1] == good and p.tail_wins == 0

@@ -320,7 +320,7 @@ async def test_a_hang_is_hedged_not_waited_out() -> None:
     second copy, which answers; with no retries and a long timeout, only the hedge can
     make this call succeed."""
     with FakeOpenAIServer(latency_s=0.02) as srv:
-        hedge = Hedge(warmup=8, factor=3.0)
+        hedge = Hedge(warmup=8, factor=3.0, seeded=True)
         async with policy(srv, hedge=hedge, timeout_s=30, retry=Retry(attempts=1)) as p:
             for _ in range(10):
                 await p.generate("x", SamplingParams(seed=5))

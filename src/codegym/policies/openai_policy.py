@@ -19,10 +19,11 @@ request is on the wire, not while backing off). Copies of a request (``Hedge``: 
 a slow one, tail copies into idle room at the end of a run) ride on the original's slot:
 they never delay a first attempt, the first good answer wins and cancels the others, and a
 request that fails in every copy fails as its original did, so copies change neither what
-an episode is counted as nor which ``PolicyError`` kind an infra failure ends as. Only
-requests whose copies sample the same thing are copied: seeded or greedy ones (the rollout
-engine seeds every episode); an unseeded sampled request never is, since the copy that
-answers first would favour short completions.
+an episode is counted as nor which ``PolicyError`` kind an infra failure ends as; with
+copies, an answer wins only if it parses. Only requests whose copies sample the same thing
+are copied: greedy ones, and seeded ones with ``Hedge(seeded=True)`` (for servers that
+honour seeds exactly); any other is never copied, since the copy that answers first would
+favour short completions. Tail copies are off unless ``Hedge(tail=...)`` asks for them.
 
 Bodies are parsed by ``codegym.policies._parse`` so vLLM's extra fields (token ids) survive
 and a garbled body is a ``bad_response``, not an attribute error somewhere later.
@@ -90,10 +91,17 @@ class _Race:
     the race's, so a hedged request fails exactly as an unhedged one would."""
 
     def __init__(
-        self, policy: OpenAIPolicy, post: Callable[[], Awaitable[Answer]], copyable: bool
+        self,
+        policy: OpenAIPolicy,
+        post: Callable[[], Awaitable[Answer]],
+        copyable: bool,
+        good: Callable[[Answer], bool],
     ) -> None:
         self.policy = policy
         self.post = post
+        self.good = good
+        """Whether an answer is usable (it parses): with copies, a garbled 200 must not
+        beat a good original."""
         self.copyable = copyable
         """Whether a copy gives the same answer (module doc: seeded or greedy)."""
         self.winner: asyncio.Future[asyncio.Task[Answer]] = (
@@ -119,6 +127,8 @@ class _Race:
         policy._hedges_on_wire -= role == "hedge"
         if not task.cancelled():
             failed = task.exception() is not None or task.result()[0] >= 400
+            if not failed and self.sent > 1:  # alone, the original is judged as before
+                failed = not self.good(task.result())
             if not failed and not self.winner.done():
                 self.winner.set_result(task)
                 policy.hedge_wins += role == "hedge"
@@ -258,8 +268,11 @@ class OpenAIPolicy:
         loop = asyncio.get_running_loop()
         if self._session is None or self._sem is None or self._loop is not loop:
             # A session from another (finished) loop cannot be reused or closed here; drop it.
+            # Room for copies beside the originals: a copy must never hold the connection
+            # a new first attempt needs (copies in flight never exceed the concurrency).
+            copies = self.hedge is not None and (self.hedge.tail > 1 or self.hedge.budget > 0)
             connector = aiohttp.TCPConnector(
-                limit=self.concurrency,
+                limit=self.concurrency * (2 if copies else 1),
                 limit_per_host=0,
                 # Under the 5 s keep-alive of uvicorn-based servers (vLLM, SGLang): a pooled
                 # connection is never reused just as the server closes it.
@@ -276,6 +289,10 @@ class OpenAIPolicy:
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
             self._sem = asyncio.Semaphore(self.concurrency)
+            # Requests of a dead loop are gone: their copies and timer with them.
+            self._races.clear()
+            self._on_wire = self._hedges_on_wire = self._peak = 0
+            self._fill_at = None
             budget = self.hedge.budget if self.hedge is not None else 0.0
             self._hedge_cap = int(budget * self.concurrency) or (1 if budget > 0 else 0)
             self._loop = loop
@@ -343,7 +360,9 @@ class OpenAIPolicy:
             start = time.perf_counter()
             if first:
                 self._last_first = start
-            status, content, retry_after = await self._race(session, url, body, copyable)
+            status, content, retry_after = await self._race(
+                session, url, body, copyable, lambda a: _parses(a[1], mode, n)
+            )
             model_s = time.perf_counter() - start
         self._fill_soon()  # a slot is free: maybe the tail has come
         if status >= 400:
@@ -388,12 +407,17 @@ class OpenAIPolicy:
             ) from e
 
     async def _race(
-        self, session: aiohttp.ClientSession, url: str, body: bytes, copyable: bool
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        body: bytes,
+        copyable: bool,
+        good: Callable[[Answer], bool],
     ) -> Answer:
         """``_post`` with copies (``Hedge``): a hedge once the request is slower than usual
         (if the hedge budget allows), tail copies while room is idle (``_fill``); none for
         a request that is not ``copyable``."""
-        race = _Race(self, lambda: self._post(session, url, body), copyable)
+        race = _Race(self, lambda: self._post(session, url, body), copyable, good)
         self._races[race] = None
         self._peak = max(self._peak, len(self._races))
         try:
@@ -440,6 +464,8 @@ class OpenAIPolicy:
         hedge, lat, sem = self.hedge, self._latencies, self._sem
         if hedge is None or lat is None or sem is None or sem.locked():
             return  # a request is waiting for a slot: the run is not at its tail
+        if self._failing >= 0.5:
+            return  # an outage, not a tail: copies would only multiply failing requests
         usual = lat.usual() or 0.0
         if time.perf_counter() < self._last_first + hedge.tail_quiet * usual:
             self._fill_soon()  # a first attempt went out since the timer was set
@@ -546,10 +572,12 @@ class OpenAIPolicy:
 
     async def _with_retries(self, kw: dict[str, Any], n: int, mode: Mode) -> list[Generation]:
         body = json.dumps(kw, ensure_ascii=False).encode("utf-8")  # once, for every attempt
-        # A copy of a seeded or greedy request samples what the original would; a copy of
-        # any other is another sample, and keeping the first to answer would favour short,
-        # fast completions (a biased sample for an eval, an off-policy one for training).
-        copyable = kw.get("seed") is not None or kw.get("temperature") == 0
+        # A copy of a greedy request (or a seeded one, where Hedge.seeded says the server
+        # honours seeds) samples what the original would; a copy of any other is another
+        # sample, and keeping the first to answer would favour short, fast completions (a
+        # biased sample for an eval, an off-policy one for training).
+        seeded = self.hedge is not None and self.hedge.seeded and kw.get("seed") is not None
+        copyable = seeded or kw.get("temperature") == 0
         last: _Attempt | None = None
         for attempt in range(self.retry.attempts):
             if last is not None:
@@ -597,6 +625,14 @@ def _status_fix(status: int | None, base_url: str) -> str:
 
 def _env_key() -> str | None:
     return os.environ.get("OPENAI_API_KEY") or None
+
+
+def _parses(content: bytes, mode: Mode, n: int) -> bool:
+    try:
+        parse_response(json.loads(content), mode, n, 0.0)
+    except (ValueError, BadResponse):
+        return False
+    return True
 
 
 def _snippet(body: str | bytes, limit: int = 200) -> str:
