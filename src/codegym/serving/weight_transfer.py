@@ -14,11 +14,12 @@ plane; NCCL or CUDA IPC in vLLM, gloo here, since this is a CPU server)::
     POST /finish_weight_update           {}: load what was received; a new policy_version
     POST /pause, /resume, GET /is_paused  hold new generation requests meanwhile
 
-The bodies are vLLM's, so one trainer client drives either server (``codegym.train.
-weights_collective``). Tensors are broadcast in ``names`` order, one broadcast each, or
-``packed``: their bytes laid end to end in buckets of at most ``packed_buffer_size_bytes``
-(default 64 MiB, a codegym field; vLLM's NCCL engine packs its own way, so a packed
-client for vLLM is vLLM's own ``NCCLWeightTransferEngine``).
+The routes and bodies are vLLM's, so a trainer's HTTP calls are the same for either
+server (``codegym.train.weights_collective`` makes them); only the broadcast differs.
+Tensors are broadcast in ``names`` order, one broadcast each, or ``packed``: their bytes
+laid end to end in buckets of at most ``packed_buffer_size_bytes`` (default 64 MiB, a
+codegym field; vLLM's NCCL engine packs its own way, so a packed client for vLLM is
+vLLM's own ``NCCLWeightTransferEngine``).
 
 Nothing is loaded until ``finish``, and then all at once, under the lock a decoding batch
 holds: a batch never sees half an update. An update that is refused (names or shapes
