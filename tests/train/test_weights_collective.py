@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 from transformers import AutoModelForCausalLM
 
+from codegym.policies.weight_wire import buckets, gloo_group, pack, unpack
 from codegym.serving.server import ModelServer
-from codegym.serving.weight_transfer import buckets, gloo_group, pack, unpack
 from codegym.train.weights_collective import CollectiveWeightsHook
 from codegym.train.weights_http import WeightsPushError
 

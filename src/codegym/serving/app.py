@@ -37,6 +37,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
+from codegym.policies.weight_wire import GROUP_HEADER
 from codegym.serving.engine import RequestError, ServingEngine
 from codegym.serving.protocol import (
     ChatRequest,
@@ -49,7 +50,7 @@ from codegym.serving.protocol import (
     WeightsRequest,
 )
 from codegym.serving.responses import as_chat, as_response, response_events
-from codegym.serving.weight_transfer import GROUP_HEADER, WeightReceiver
+from codegym.serving.weight_transfer import WeightReceiver
 
 log = logging.getLogger("codegym.serving")
 M = TypeVar("M", bound=BaseModel)

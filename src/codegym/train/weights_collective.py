@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import torch
 
-from codegym.serving.weight_transfer import (
+from codegym.policies.weight_wire import (
     DEFAULT_BUCKET_BYTES,
     GROUP_HEADER,
     JOIN_TIMEOUT_S,
