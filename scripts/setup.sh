@@ -54,4 +54,10 @@ fi
 if command -v bwrap >/dev/null; then
   .venv/bin/codegym tasks prepare swe-offline --images-only >/dev/null \
     || { echo "setup: building the images of swe-offline failed (see above)" >&2; exit 1; }
+  # the environments suites' tests run in (codegym.tasks.environments): numpy, for
+  # EvalPlus's original-layout files; its wheel is checked by sha256
+  for spec in src/codegym/tasks/images/*.toml; do
+    .venv/bin/codegym image build "$spec" >/dev/null \
+      || { echo "setup: building the environment $spec failed (see above)" >&2; exit 1; }
+  done
 fi

@@ -139,13 +139,45 @@ def finish_in_store(
 
 @asynccontextmanager
 async def open_sandbox(
-    tier: str, workers: int | None, urls: Sequence[str] | None
+    tier: str, workers: int | None, urls: Sequence[str] | None, tasks: Sequence[Any] = ()
 ) -> AsyncIterator[tuple[Any, int]]:
     """The sandbox a command scores with, and how many scorings to keep in flight: a local
     pool, or (``--sandbox-url``, repeatable) the sandbox service, one URL or a pool of them
-    with failover (``codegym.service.RemoteSandbox``, token from ``CODEGYM_TOKEN``)."""
-    from codegym.sandbox import Sandbox, SandboxInputError
+    with failover (``codegym.service.RemoteSandbox``, token from ``CODEGYM_TOKEN``).
 
+    Tasks that run in an environment (``Task.image``) get a local jail pool with the image
+    cache, their images built (or found built) before the first sample."""
+    import asyncio
+
+    from codegym.sandbox import Sandbox, SandboxInputError
+    from codegym.tasks import environments
+
+    refs = environments.needed(tasks)
+    if refs:
+        if urls or tier != "jail":
+            where = "the sandbox service" if urls else f"the {tier!r} tier"
+            fail(
+                f"these tasks run in the environment {', '.join(refs)} (a pinned image), "
+                f"which {where} cannot run; score them on the local jail tier (--tier jail)"
+            )
+        from codegym.sandbox.images import ImageError, ImageStore
+
+        try:
+            store = ImageStore()
+            store.check_reachable()
+        except ImageError as e:
+            fail(str(e))
+        async with Sandbox(tier=tier, workers=workers, images=store) as sb:
+
+            def say(message: str) -> None:
+                console.print(f"environment {message}", highlight=False)
+
+            try:
+                await asyncio.to_thread(environments.of(sb).prepare, refs, say)
+            except environments.EnvironmentUnavailable as e:
+                fail(f"{e}; build it where its wheels can be fetched (scripts/setup.sh does)")
+            yield sb, 2 * sb.size
+        return
     if urls:
         from codegym.service.client import RemoteSandbox
 

@@ -311,7 +311,7 @@ async def _evaluate(
     quiet: bool,
     suite_name: str = "",
 ) -> list[SampleResult]:
-    async with open_sandbox(tier, workers, sandbox_url) as (sb, inflight):
+    async with open_sandbox(tier, workers, sandbox_url, tasks) as (sb, inflight):
         broken: list[SampleResult] = []
         if ground_truth and all(t.reference for t in tasks):
             report = await verify(sb, tasks)

@@ -158,7 +158,10 @@ def rollout(
         tasks = _tasks(suite, groups) if suite else generate(family, groups, task_seed, difficulty)
         images = _images_for(tasks, suite) if suite else None
         if images is not None and ray_address is not None:
-            fail("repository tasks run on the local executor only for now: drop --ray-address")
+            fail(
+                "tasks that run in images (repository tasks, environments) run on the local "
+                "executor only for now: drop --ray-address"
+            )
         params = SamplingParams(temperature=temperature, max_tokens=max_tokens)
         cfg = RolloutConfig(
             group_size=group_size,
@@ -250,9 +253,21 @@ def _tasks(suite: str, groups: int) -> list[Any]:
 
 def _images_for(tasks: list[Any], suite: str) -> Any:
     """The image cache, with every image the repository tasks start from (built from their
-    specs where missing); None when the tasks are not repository tasks."""
+    specs where missing) or the environments tasks run in (``Task.image``, built when a
+    first episode scores); None when the tasks need neither."""
+    from codegym.tasks import environments
+
     if not any(getattr(t, "repo", "") for t in tasks):
-        return None
+        if not environments.needed(tasks):
+            return None
+        from codegym.sandbox.images import ImageError, ImageStore
+
+        try:
+            store = ImageStore()
+            store.check_reachable()
+        except ImageError as e:
+            fail(str(e))
+        return store
     from codegym.sandbox.images import ImageError, ImageStore
     from codegym.tasks import DatasetError
     from codegym.tasks.swe.score import ensure_images

@@ -89,7 +89,8 @@ async def _score_all(
     store: Store | None,
     quiet: bool,
 ) -> list[SampleResult]:
-    async with open_sandbox(tier, workers, sandbox_url) as (sb, inflight):
+    needs = [tasks[s["task_id"]] for s in samples]
+    async with open_sandbox(tier, workers, sandbox_url, needs) as (sb, inflight):
         with score_progress(len(samples), "scoring", quiet) as progress:
             runner = Runner(
                 sb,

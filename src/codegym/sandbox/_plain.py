@@ -5,7 +5,9 @@ calls the program's functions across a socket, and arguments and results cross a
 data only: ``None``, ``bool``, ``int``, ``float``, ``complex``, ``str``, ``bytes``,
 ``bytearray``, ``range``, and ``list``, ``tuple``, ``dict``, ``set`` and ``frozenset`` of
 them. Types are matched exactly: a subclass (an ``int`` whose ``__eq__`` always answers
-True, say) is not plain, so the program's objects never reach the test's comparisons. The
+True, say) is not plain, so the program's objects never reach the test's comparisons. A
+numpy scalar (``int64``, ``float32``, ``bool_``) is sent as its Python value (``item()``),
+which compares as it does; an array is not plain data. The
 decoder builds fresh built-in objects from bytes, so whatever the sending side did to its
 own interpreter, the receiving side gets genuine values.
 
@@ -71,6 +73,10 @@ def tree(value: object, depth: int = 0) -> object:
         return value  # the common case, a list of scalars: nothing to convert
     encode = _ENCODERS.get(t)
     if encode is None:
+        if getattr(t, "__module__", "") == "numpy" and getattr(value, "ndim", None) == 0:
+            # a numpy scalar (an int64 is no int): its Python value, which == compares
+            # alike; an array stays no plain data (its == answers an array, not a bool)
+            return tree(value.item(), depth + 1)  # type: ignore[attr-defined]
         raise NotPlain(f"a {_type_name(value)} is not plain data")
     return encode(value, depth + 1)
 

@@ -217,6 +217,7 @@ class Zygote:
         self.judge_ctl: socket.socket | None = None  # the worker's judge (_start_judge)
         self.judge_pid = -1
         self.judge_sources: dict[str, int] = {}
+        self.judge_site: tuple[str, ...] = ()  # the image packages it imports from
         for name in config.get("preload", []):
             try:
                 __import__(name)
@@ -735,6 +736,7 @@ class Zygote:
                 "setup": t.get("setup") or "",
                 "code": t["code"],
                 "names": list(t.get("program") or []),
+                "site": self._judge_site(req),
             }
             left = min(float(lim["wall_s"]), batch_end - time.monotonic())
             if left <= 0:
@@ -767,17 +769,32 @@ class Zygote:
         }
         return header, [bytes(cap.out), bytes(cap.err)]
 
+    def _judge_site(self, req: dict) -> tuple[str, ...]:
+        """Where the judge finds the packages of a run's image: its site-packages folder
+        in each read-only layer (never the run's upper, which the program writes), so a
+        test's own ``import numpy`` works where its program's does."""
+        ws, site = req.get("workspace"), req.get("site")
+        if not ws or not site or not self.ws:
+            return ()
+        rel = os.path.relpath(site, self.workdir)
+        if rel.startswith(".."):
+            return ()
+        found = (f"{WS_LAYERS}/{h}/{rel}" for h in ws["layers"])
+        return tuple(d for d in found if os.path.isdir(d))
+
     def _hand_to_judge(self, judge: dict, call: int) -> int:
         """Give the worker's judge one test and its end of the call socket to the run;
         returns the fd its result comes back on."""
+        if self.judge_ctl is not None and self.judge_site != judge["site"]:
+            self._stop_judge()  # another image's packages: a judge that imported none yet
         if self.judge_ctl is None:
-            self._start_judge()
+            self._start_judge(judge["site"])
         assert self.judge_ctl is not None
         try:
             self._send_test(judge, call)
         except OSError:  # it died since the last test: start another and hand it over
             self._stop_judge()
-            self._start_judge()
+            self._start_judge(judge["site"])
             self._send_test(judge, call)
         finally:
             os.close(call)
@@ -797,7 +814,7 @@ class Zygote:
         socket.send_fds(self.judge_ctl, [b"T"], [call])
         self.judge_ctl.sendall(frame_bytes(wire))
 
-    def _start_judge(self) -> None:
+    def _start_judge(self, site: tuple[str, ...] = ()) -> None:
         """Fork the worker's judge: one process that runs every assert test's code, one
         test at a time, where no run can reach it (see ``_judge``).
 
@@ -810,12 +827,13 @@ class Zygote:
         if pid == 0:
             try:
                 z_end.close()
-                self._judge_main(j_end.detach())
+                self._judge_main(j_end.detach(), site)
             finally:
                 os._exit(0)
         j_end.close()
         self.judge_ctl, self.judge_pid = z_end, pid
         self.judge_sources = {}  # what this judge was sent, by number
+        self.judge_site = site
 
     def _stop_judge(self) -> None:
         if self.judge_ctl is None:
@@ -825,8 +843,9 @@ class Zygote:
         self.judge_ctl.close()
         self.judge_ctl, self.judge_pid = None, -1
 
-    def _judge_main(self, ctl: int) -> None:
-        """The judge's process: no program code ever runs here."""
+    def _judge_main(self, ctl: int, site: tuple[str, ...] = ()) -> None:
+        """The judge's process: no program code ever runs here. ``site``: an image's
+        site-packages in its read-only layers, which the tests' code may import from."""
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         ctl = fcntl.fcntl(ctl, fcntl.F_DUPFD, 16)
         os.dup2(ctl, 3)
@@ -855,6 +874,13 @@ class Zygote:
         if size_mb is not None:
             memory = (size_mb + 2048) << 20
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        if site:
+            import site as _site
+
+            for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+                os.environ[var] = "1"  # one judge, one thread: no pools sized to the host
+            for d in site:
+                _site.addsitedir(d)
         self.drop_privileges()
         self.judge.serve_tests(3)
 

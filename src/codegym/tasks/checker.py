@@ -80,14 +80,15 @@ _out.flush()
 
 
 async def score_with_checker(
-    sandbox: SandboxAPI, task: Task, program: str, limits: Limits
+    sandbox: SandboxAPI, task: Task, program: str, limits: Limits, workspace: str | None = None
 ) -> tuple[bool, str, str, float, float]:
     """(passed, outcome, detail, cpu_s, wall_s) of ``program`` on ``task``'s cases, judged
-    by its checker (see the module docstring)."""
+    by its checker (see the module docstring); the program runs in ``workspace`` (the
+    task's image), the checker on the sandbox's own Python."""
     outputs: list[str] = []
     cpu = wall = 0.0
     for i, case in enumerate(task.io_cases):
-        r = await sandbox.run_python(program, case.stdin, limits=limits)
+        r = await sandbox.run_python(program, case.stdin, limits=limits, workspace=workspace)
         cpu, wall = cpu + r.cpu_s, wall + r.wall_s
         if r.verdict is not Verdict.OK:
             return False, r.verdict.value, f"case {i}: {r.reason}"[:500], cpu, wall

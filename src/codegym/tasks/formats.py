@@ -206,8 +206,9 @@ def _called_names(code: str) -> set[str]:
 def refuse_evalplus(row: Mapping[str, Any]) -> None:
     """Refuse an EvalPlus record rather than read it as a weaker format: HumanEval+ and
     MBPP+ carry base and plus inputs and a float tolerance (``base_input``, ``plus_input``,
-    ``atol``), which the ``evalplus`` format reads; their "original format" files keep the
-    plus tests in a ``test`` script that needs numpy, which the sandbox's Python lacks.
+    ``atol``), which the ``evalplus`` format reads. (Their "original format" files, whose
+    ``test`` script holds the plus inputs and compares with numpy, are read whole, in the
+    ``numpy`` environment: see ``evalplus_original``.)
 
     Raises:
         RecordError: ``row`` is one of those (the message says what to use instead).
@@ -219,19 +220,26 @@ def refuse_evalplus(row: Mapping[str, Any]) -> None:
             "the format to detection); as HumanEval or MBPP it would lose its plus inputs "
             "and tolerance"
         )
+
+
+ORIGINAL_LAYOUT_IMAGE: Final = "numpy"
+"""The environment EvalPlus's original-layout files run in: their tests import numpy."""
+
+
+def evalplus_original(row: Mapping[str, Any]) -> bool:
+    """Whether ``row`` is from an EvalPlus file in the original layout
+    (``HumanEvalPlus-OriginFmt``, ``MbppPlus-OriginFmt``): a ``test`` script with every base
+    and plus input that compares outputs with numpy (``assertion``)."""
     test = row.get("test")
-    script = "test_list" in row and isinstance(test, str) and bool(test.strip())
-    if script or (isinstance(test, str) and "import numpy" in test and "def assertion(" in test):
-        raise RecordError(
-            "an EvalPlus record in the original layout (its plus tests are a 'test' script "
-            "that imports numpy, which the sandbox's Python lacks): use the same release's "
-            "HumanEvalPlus.jsonl / MbppPlus.jsonl, which codegym judges as evalplus does"
-        )
+    if not isinstance(test, str) or not test.strip():
+        return False
+    return "test_list" in row or ("import numpy" in test and "def assertion(" in test)
 
 
 def _humaneval(row: Mapping[str, Any], fallback_id: str) -> Task:
     refuse_evalplus(row)
     task_id = _str(row, "task_id")
+    original = evalplus_original(row)
     return Task(
         id=task_id,
         prompt=_str(row, "prompt"),
@@ -239,7 +247,8 @@ def _humaneval(row: Mapping[str, Any], fallback_id: str) -> Task:
         test=_str(row, "test"),
         reference=_str(row, "canonical_solution", required=False),
         cluster=_str(row, "cluster", required=False) or task_id,
-        metadata={"format": "humaneval"},
+        image=ORIGINAL_LAYOUT_IMAGE if original else "",
+        metadata={"format": "humaneval", **({"layout": "evalplus-original"} if original else {})},
     )
 
 
@@ -269,10 +278,20 @@ def _mbpp(row: Mapping[str, Any], fallback_id: str) -> Task:
                 "'test_list'; add an 'entry_point' field"
             )
         entry = candidates[0]
-    # The asserts name the function directly; wrapping them in check() gives the same
-    # shape as HumanEval, so scoring has one assert-style path.
-    body = textwrap.indent("\n".join(tests), "    ")
-    test = (f"{setup}\n\n" if setup.strip() else "") + f"def check(candidate):\n{body}\n"
+    original = evalplus_original(row)
+    if original:
+        # MBPP+'s original layout: the script itself calls the function on every base and
+        # plus input (the three asserts of test_list are its first inputs); it runs as the
+        # test's top level, and check() has nothing left to do
+        script = _str(row, "test")
+        test = (f"{setup}\n\n" if setup.strip() else "") + (
+            f"{script}\n\ndef check(candidate):\n    pass  # the script above is the test\n"
+        )
+    else:
+        # The asserts name the function directly; wrapping them in check() gives the same
+        # shape as HumanEval, so scoring has one assert-style path.
+        body = textwrap.indent("\n".join(tests), "    ")
+        test = (f"{setup}\n\n" if setup.strip() else "") + f"def check(candidate):\n{body}\n"
     prompt = _as_comment(f"{text}\nYour code should pass these tests:\n" + "\n".join(tests))
     return Task(
         id=_id(row, ("task_id",), fallback_id),
@@ -281,7 +300,12 @@ def _mbpp(row: Mapping[str, Any], fallback_id: str) -> Task:
         test=test,
         reference=code,
         cluster=_str(row, "cluster", required=False),
-        metadata={"format": "mbpp", "text": text},
+        image=ORIGINAL_LAYOUT_IMAGE if original else "",
+        metadata={
+            "format": "mbpp",
+            "text": text,
+            **({"layout": "evalplus-original"} if original else {}),
+        },
     )
 
 

@@ -17,6 +17,7 @@ always an error.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import gzip
 import json
@@ -29,7 +30,7 @@ from typing import Any, Literal, Protocol
 from urllib.parse import parse_qsl
 
 from codegym._registry import RegistrationError
-from codegym.tasks import synthetic
+from codegym.tasks import environments, synthetic
 from codegym.tasks.formats import (
     FORMATS,
     Format,
@@ -137,7 +138,7 @@ def parse_jsonl(
                         f"cannot tell the format from fields {sorted(row)[:8]}; expected "
                         f"one of {expected_fields()}; or pass format="
                     )
-            task = to_task(row, fmt, fallback_id=f"{Path(source).stem}/{lineno}")
+            task = _with_image(to_task(row, fmt, f"{Path(source).stem}/{lineno}"), row, source)
             if task.id in first_line:
                 raise RecordError(
                     f"duplicate task id {task.id!r} (first on line {first_line[task.id]}); "
@@ -160,6 +161,24 @@ def parse_jsonl(
             f"{skipped[0]})"
         )
     return TaskSet(name, tuple(tasks), sha256=sha256, source=source, skipped=tuple(skipped))
+
+
+def _with_image(task: Task, row: dict[str, Any], source: str) -> Task:
+    """``task`` in the environment its record names (``image``: a shipped name or a spec
+    path, relative to the dataset file), checked here so a bad one names its line.
+
+    Raises:
+        RecordError: ``image`` is not a string.
+        TaskError: it names no shipped environment and no readable spec.
+    """
+    ref = row.get("image", task.image or None)
+    if ref is None:
+        return task
+    if not isinstance(ref, str):
+        raise RecordError(f"field 'image' must be a string, got {type(ref).__name__}")
+    resolved = environments.resolve(ref, Path(source).parent)
+    environments.spec_key(resolved)  # a spec that cannot be read fails here, by line
+    return dataclasses.replace(task, image=resolved)
 
 
 def _decode(line: bytes) -> dict[str, Any]:

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from codegym.sandbox import ExecResult, Limits, Verdict
 from codegym.sandbox.api import SandboxAPI
 from codegym.sandbox.limits import MAX_CODE_BYTES
 from codegym.tasks.outcomes import is_infra
 from codegym.tasks.task import Task
+
+if TYPE_CHECKING:
+    from codegym.sandbox import Sandbox
 
 HARNESS_VERSION = "2"
 """Bumped whenever scoring semantics change; part of every result key."""
@@ -85,11 +89,23 @@ async def score(
     unrunnable = _unrunnable(completion, program)
     if unrunnable:
         return Score(False, "error", unrunnable, 0.0, 0.0)
+    workspace = None
+    if task.image:
+        from codegym.tasks import environments
+
+        try:
+            workspace = await environments.of(sandbox).digest(task.image)
+        except environments.EnvironmentUnavailable as e:  # ours, never the sample's
+            return Score(False, "infra", str(e), 0.0, 0.0)
     if task.checker:
         from codegym.tasks.checker import score_with_checker
 
-        return Score(*await score_with_checker(sandbox, task, program, lim))
-    result = await sandbox.run_tests(program, task.tests(), limits=lim)
+        return Score(*await score_with_checker(sandbox, task, program, lim, workspace))
+    if workspace is None:
+        result = await sandbox.run_tests(program, task.tests(), limits=lim)
+    else:  # environments.of() found the local Sandbox's image cache: only it runs these
+        local = cast("Sandbox", sandbox)
+        result = await local.run_tests(program, task.tests(), limits=lim, workspace=workspace)
     return outcome_of(result, task.part_names)
 
 

@@ -71,6 +71,10 @@ class Task:
     preamble: str = ""
     """Code the program starts with that the model is not shown: the imports a benchmark's
     own harness puts before every program (LiveCodeBench's ``from typing import *``, …)."""
+    image: str = ""
+    """The environment the program and its tests run in: a shipped one's name (``numpy``)
+    or an image spec's path (``codegym.tasks.environments``); empty: the sandbox's own
+    Python, standard library only."""
     repo: str = ""
     """A repository task instead of tests here: its ``SweTask`` as JSON, graded by
     ``codegym.tasks.swe.grade`` on a copy of its repository (the ``repo`` environment)."""
@@ -89,6 +93,10 @@ class Task:
             )
         if self.checker and not self.io_cases:
             raise TaskError(f"task {self.id!r}: a checker judges stdin/stdout cases only")
+        if self.image and self.repo:
+            raise TaskError(
+                f"task {self.id!r}: a repository task runs in its own image (repo), not image"
+            )
         if (self.test or self.parts) and not self.entry_point:
             raise TaskError(f"task {self.id!r}: assert-style tests need an entry_point")
 
@@ -189,5 +197,9 @@ class Task:
             body["preamble"] = self.preamble
         if self.checker:
             body["checker"] = self.checker
+        if self.image:  # what the environment is made of, not where its spec lies
+            from codegym.tasks.environments import spec_key
+
+            body["image"] = spec_key(self.image)
         raw = json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
         return hashlib.sha256(raw).hexdigest()

@@ -21,6 +21,7 @@ from typing import Any
 
 from codegym.rollout import RolloutConfig, RolloutEngine
 from codegym.sandbox import Sandbox
+from codegym.tasks import environments
 from codegym.tasks.outcomes import PASSING_OUTCOMES
 from codegym.train.config import ConfigError, TrainConfig
 from codegym.train.policy import local_policy
@@ -47,7 +48,10 @@ async def heldout_pass_rate(
     tasks = list(heldout)
     policy = local_policy(model_dir, max_batch=config.sampling.max_batch)
     t0 = time.perf_counter()
-    async with Sandbox(tier=config.sandbox.tier, workers=config.sandbox.workers) as sb:
+    images = environments.store_for(tasks)
+    async with Sandbox(
+        tier=config.sandbox.tier, workers=config.sandbox.workers, images=images
+    ) as sb:
         engine = RolloutEngine(
             training_executor(config, policy, sb),
             RolloutConfig(

@@ -51,7 +51,7 @@ from codegym.envs.trajectory import Trajectory
 from codegym.policies.policy import SamplingParams
 from codegym.rollout import EnvSpec, Group, LocalExecutor, RolloutConfig, RolloutEngine
 from codegym.sandbox import Sandbox
-from codegym.tasks import Task
+from codegym.tasks import Task, environments
 from codegym.tasks.outcomes import PASSING_OUTCOMES
 from codegym.telemetry import metrics as _metrics
 from codegym.train.checkpoint import (
@@ -421,7 +421,8 @@ class Trainer:
         metrics: list[dict[str, Any]] = []
         if self.step >= c.run.steps:
             return metrics
-        async with Sandbox(tier=c.sandbox.tier, workers=c.sandbox.workers) as sb:
+        images = environments.store_for([*self.split.train, *self.split.heldout])
+        async with Sandbox(tier=c.sandbox.tier, workers=c.sandbox.workers, images=images) as sb:
             ex = self._executor(sb)
             pending = asyncio.create_task(self.rollout(ex, self.step))
             try:
