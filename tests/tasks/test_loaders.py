@@ -277,20 +277,24 @@ def test_an_evalplus_file_is_read_as_evalplus_never_as_a_weaker_format(
         load_jsonl(path, format="humaneval")  # naming a weaker format does not reduce it
 
 
-def test_evalplus_in_the_original_layout_is_read_whole_in_the_numpy_environment(
+def test_evalplus_in_the_original_layout_runs_as_published_only_when_named(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "plus.jsonl"
     path.write_text(json.dumps(_MBPP_PLUS_ORIGIN) + "\n")
-    (mbpp,) = load_suite(str(path))
-    # the script (every base and plus input) is the test, not the three asserts
+    with pytest.raises(DatasetError, match=r"plus\.jsonl:1: an EvalPlus record in the original"):
+        load_suite(str(path))  # detected: refused, its script pays wrong answers
+    (mbpp,) = load_suite(str(path), format="mbpp")
+    # named: the script (every base and plus input) is the test, not the three asserts
     assert mbpp.image == "numpy" and mbpp.metadata["layout"] == "evalplus-original"
     assert "for i in [2]:" in mbpp.test and "assert f(1) == 1" not in mbpp.test
     he = {**_PLUS, "test": "import numpy as np\ndef assertion(out, exp, atol):\n    pass\n"}
     for k in ("base_input", "plus_input", "atol"):
         he.pop(k)
     path.write_text(json.dumps(he) + "\n")
-    (task,) = load_suite(str(path))
+    with pytest.raises(DatasetError, match=r"MbppPlus\.jsonl"):
+        load_suite(str(path))
+    (task,) = load_suite(str(path), format="humaneval")
     assert task.image == "numpy" and task.test == he["test"]
     # a plain HumanEval record runs on the sandbox's own Python, as before
     path.write_text(json.dumps({**he, "test": "def check(candidate):\n    pass\n"}) + "\n")

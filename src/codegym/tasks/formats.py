@@ -206,9 +206,8 @@ def _called_names(code: str) -> set[str]:
 def refuse_evalplus(row: Mapping[str, Any]) -> None:
     """Refuse an EvalPlus record rather than read it as a weaker format: HumanEval+ and
     MBPP+ carry base and plus inputs and a float tolerance (``base_input``, ``plus_input``,
-    ``atol``), which the ``evalplus`` format reads. (Their "original format" files, whose
-    ``test`` script holds the plus inputs and compares with numpy, are read whole, in the
-    ``numpy`` environment: see ``evalplus_original``.)
+    ``atol``), which the ``evalplus`` format reads. (Their "original format" files are
+    ``refuse_original_layout``'s.)
 
     Raises:
         RecordError: ``row`` is one of those (the message says what to use instead).
@@ -224,6 +223,25 @@ def refuse_evalplus(row: Mapping[str, Any]) -> None:
 
 ORIGINAL_LAYOUT_IMAGE: Final = "numpy"
 """The environment EvalPlus's original-layout files run in: their tests import numpy."""
+
+
+def refuse_original_layout(row: Mapping[str, Any]) -> None:
+    """Refuse, when its format was only detected, a record of EvalPlus's original-layout
+    files: their test scripts judge more weakly than evalplus does, so as a reward they
+    pay wrong answers. Named as ``humaneval`` or ``mbpp`` (``--format``), such a file runs
+    as published, in the ``numpy`` environment (docs/evalplus.md lists what it lets pass).
+
+    Raises:
+        RecordError: ``row`` is one of those.
+    """
+    if evalplus_original(row):
+        raise RecordError(
+            "an EvalPlus record in the original layout, whose test script accepts wrong "
+            "answers (its numpy.allclose broadcasts [] against a float answer; MBPP+ 737, 787 "
+            "and 794 never assert): use the same release's HumanEvalPlus.jsonl / "
+            "MbppPlus.jsonl, which codegym judges as evalplus does, or name --format "
+            "humaneval / mbpp to run the script as published (in the numpy environment)"
+        )
 
 
 def evalplus_original(row: Mapping[str, Any]) -> bool:

@@ -39,6 +39,7 @@ from codegym.tasks.formats import (
     detect_format,
     expected_fields,
     refuse_evalplus,
+    refuse_original_layout,
     to_task,
 )
 from codegym.tasks.manifest import check_sha256, compare_sha256, read_manifest
@@ -138,6 +139,8 @@ def parse_jsonl(
                         f"cannot tell the format from fields {sorted(row)[:8]}; expected "
                         f"one of {expected_fields()}; or pass format="
                     )
+            if format is None and fmt in ("humaneval", "mbpp"):
+                refuse_original_layout(row)  # named, it runs as published
             task = _with_image(to_task(row, fmt, f"{Path(source).stem}/{lineno}"), row, source)
             if task.id in first_line:
                 raise RecordError(
