@@ -64,9 +64,8 @@ def main() -> None:
     print(f"# {platform.node()} nproc={os.cpu_count()} load={load} python={sys.version.split()[0]}")
     print(f"[{args.dataset}+] {len(plus)} tasks in both files, {len(samples)} samples")
     plus_s, plus_scores = asyncio.run(judge({t.id: t for t in plus}, samples))
-    mapped = {origin_id(t): origin[origin_id(t)] for t, _ in samples}
     origin_s, origin_scores = asyncio.run(
-        judge({t: mapped[t] for t, _ in samples}, [(t, c) for t, c in samples])
+        judge({t: origin[origin_id(t)] for t, _ in samples}, samples)
     )
     same = infra = 0
     differ: Counter[str] = Counter()
