@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from tests.jail import no_jail
 
 from codegym.sandbox import HostUnsupported, Sandbox
 from codegym.sandbox.images import ImageStore
 from codegym.tasks import DatasetError, Task, load_suite, score
 from codegym.tasks import environments as envs
+from jail import no_jail
 
 SHARED = Path(__file__).parents[3] / "shared" / "data" / "evalplus"
 CODEGYM = str(Path(sys.executable).with_name("codegym"))
