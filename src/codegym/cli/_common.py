@@ -137,6 +137,37 @@ def finish_in_store(
         fail(str(e))
 
 
+def environment_store(tasks: Sequence[Any]) -> Any:
+    """The image cache for tasks that run in an environment (``Task.image``), checked
+    reachable; None when none does."""
+    from codegym.sandbox.images import ImageError
+    from codegym.tasks import environments
+
+    try:
+        store = environments.store_for(tasks)
+        if store is not None:
+            store.check_reachable()
+    except ImageError as e:
+        fail(str(e))
+    return store
+
+
+async def check_ground_truth(sb: Any, tasks: Sequence[Any]) -> tuple[list[Any], dict[str, str]]:
+    """``--ground-truth``: every reference first (``codegym.tasks.verify``); the sound tasks,
+    with CPU limits sized from their reference, and the broken ones' reasons by id (each
+    printed). Tasks without references are kept unchecked, and said so."""
+    from codegym.tasks import verify
+
+    if not all(t.reference for t in tasks):
+        console.print("[yellow]some tasks have no reference: ground truth not checked[/]")
+        return list(tasks), {}
+    report = await verify(sb, tasks)
+    broken = {q.id: f"{q.kind}: {q.reason}" for q in report.quarantined}
+    for q in report.quarantined:
+        console.print(f"[yellow]quarantined[/] {q.id}: {q.kind}: {q.reason}", highlight=False)
+    return list(report.kept), broken
+
+
 @asynccontextmanager
 async def open_sandbox(
     tier: str, workers: int | None, urls: Sequence[str] | None, tasks: Sequence[Any] = ()
@@ -160,13 +191,7 @@ async def open_sandbox(
                 f"these tasks run in the environment {', '.join(refs)} (a pinned image), "
                 f"which {where} cannot run; score them on the local jail tier (--tier jail)"
             )
-        from codegym.sandbox.images import ImageError, ImageStore
-
-        try:
-            store = ImageStore()
-            store.check_reachable()
-        except ImageError as e:
-            fail(str(e))
+        store = environment_store(tasks)
         async with Sandbox(tier=tier, workers=workers, images=store) as sb:
 
             def say(message: str) -> None:

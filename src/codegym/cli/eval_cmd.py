@@ -16,8 +16,8 @@ from codegym.cli._common import (
     MirrorOption,
     SinceOption,
     TraceFileOption,
+    check_ground_truth,
     check_mirror,
-    console,
     fail,
     finish_in_store,
     json_object,
@@ -39,7 +39,7 @@ from codegym.rollout import EnvSpec, RolloutAborted, RolloutError
 from codegym.sandbox import HostUnsupported
 from codegym.sandbox.tiers import TIERS
 from codegym.store import DictCache, Store
-from codegym.tasks import DatasetError, Task, load_suite, verify
+from codegym.tasks import DatasetError, Task, load_suite
 
 if TYPE_CHECKING:
     pass
@@ -313,14 +313,10 @@ async def _evaluate(
 ) -> list[SampleResult]:
     async with open_sandbox(tier, workers, sandbox_url, tasks) as (sb, inflight):
         broken: list[SampleResult] = []
-        if ground_truth and all(t.reference for t in tasks):
-            report = await verify(sb, tasks)
-            tasks = list(report.kept)
-            for q in report.quarantined:
-                console.print(f"[yellow]quarantined[/] {q.id}: {q.kind}: {q.reason}")
-                broken += quarantined_results(q.id, params.n, f"{q.kind}: {q.reason}")
-        elif ground_truth:
-            console.print("[yellow]some tasks have no reference: ground truth not checked[/]")
+        if ground_truth:
+            tasks, reasons = await check_ground_truth(sb, tasks)
+            for tid, why in reasons.items():
+                broken += quarantined_results(tid, params.n, why)
         with score_progress(len(tasks) * params.n, "eval", quiet) as progress:
             runner = Runner(
                 sb,

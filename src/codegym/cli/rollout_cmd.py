@@ -31,6 +31,7 @@ from codegym.cli._common import (
     MirrorOption,
     TraceFileOption,
     check_mirror,
+    environment_store,
     fail,
     json_object,
     made_from,
@@ -255,19 +256,8 @@ def _images_for(tasks: list[Any], suite: str) -> Any:
     """The image cache, with every image the repository tasks start from (built from their
     specs where missing) or the environments tasks run in (``Task.image``, built when a
     first episode scores); None when the tasks need neither."""
-    from codegym.tasks import environments
-
     if not any(getattr(t, "repo", "") for t in tasks):
-        if not environments.needed(tasks):
-            return None
-        from codegym.sandbox.images import ImageError, ImageStore
-
-        try:
-            store = ImageStore()
-            store.check_reachable()
-        except ImageError as e:
-            fail(str(e))
-        return store
+        return environment_store(tasks)
     from codegym.sandbox.images import ImageError, ImageStore
     from codegym.tasks import DatasetError
     from codegym.tasks.swe.score import ensure_images

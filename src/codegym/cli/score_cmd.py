@@ -15,6 +15,7 @@ import typer
 from codegym.cli._common import (
     FormatOption,
     SinceOption,
+    check_ground_truth,
     console,
     fail,
     finish_in_store,
@@ -93,8 +94,9 @@ async def _score_all(
     needs = [tasks[s["task_id"]] for s in samples]
     async with open_sandbox(tier, workers, sandbox_url, needs) as (sb, inflight):
         broken: dict[str, str] = {}
-        if ground_truth:
-            tasks, broken = await _ground_truth(sb, tasks, {t.id for t in needs})
+        if ground_truth:  # each sampled task's reference first, as eval's
+            kept, broken = await check_ground_truth(sb, list({t.id: t for t in needs}.values()))
+            tasks = {**tasks, **{t.id: t for t in kept}}
         todo = [s for s in samples if s["task_id"] not in broken]
         with score_progress(len(todo), "scoring", quiet) as progress:
             runner = Runner(
@@ -110,25 +112,6 @@ async def _score_all(
             else next(scored)
             for s in samples
         ]
-
-
-async def _ground_truth(
-    sb: Any, tasks: dict[str, Task], wanted: set[str]
-) -> tuple[dict[str, Task], dict[str, str]]:
-    """As ``eval --ground-truth``: each sampled task's reference first, 3 times; the sound
-    ones with CPU limits sized from it, the broken ones' reasons (their samples are
-    ``broken_ground_truth``, never scored)."""
-    from codegym.tasks import verify
-
-    subset = [tasks[i] for i in sorted(wanted)]
-    if not all(t.reference for t in subset):
-        console.print("[yellow]some tasks have no reference: ground truth not checked[/]")
-        return tasks, {}
-    report = await verify(sb, subset)
-    broken = {q.id: f"{q.kind}: {q.reason}" for q in report.quarantined}
-    for q in report.quarantined:
-        console.print(f"[yellow]quarantined[/] {q.id}: {q.kind}: {q.reason}", highlight=False)
-    return {**tasks, **{t.id: t for t in report.kept}}, broken
 
 
 def _quarantined(sample: dict[str, Any], task: Task, reason: str) -> SampleResult:

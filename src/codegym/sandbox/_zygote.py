@@ -731,12 +731,13 @@ class Zygote:
         # the whole batch keeps to the wall time the host gives it (a run's teardown, which
         # a program can slow down, counts too): tests past it are timeouts, not infra
         batch_end = time.monotonic() + float(req["wall_s"])
+        site = self._judge_site(req)
         for i, t in enumerate(tests):
             judge = {
                 "setup": t.get("setup") or "",
                 "code": t["code"],
                 "names": list(t.get("program") or []),
-                "site": self._judge_site(req),
+                "site": site,
             }
             left = min(float(lim["wall_s"]), batch_end - time.monotonic())
             if left <= 0:

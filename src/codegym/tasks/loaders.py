@@ -172,7 +172,7 @@ def _with_image(task: Task, row: dict[str, Any], source: str) -> Task:
 
     Raises:
         RecordError: ``image`` is not a string.
-        TaskError: it names no shipped environment and no readable spec.
+        TaskEnvironmentError: it names no shipped environment and no readable spec.
     """
     ref = row.get("image", task.image or None)
     if ref is None:
