@@ -214,6 +214,36 @@ SRC = """def f(x, k=1):
 
 @needs_index
 @in_module_loop
+async def test_gold_patches_must_give_the_clean_tree_back(
+    made: tuple[Sandbox, list[SweTask]], shapes: tuple[ImageStore, Path]
+):
+    """The per-task check behind grading a sample of gold patches: applied to the clean
+    image, the bug must give the judged mutant and the gold patch the image's bytes."""
+    from codegym.tasks.swe.mutate import find_mutants
+    from codegym.tasks.swe.synth import _round_trip, patches
+
+    sb, tasks = made
+    src = load_source(shapes[1], shapes[0])
+    mutants = find_mutants("shapes.py", SHAPES)
+    first = mutants[0]  # in area, far from clamp: the two diffs apply on top of each other
+    far = next(m for m in mutants if m.edits[0].function == "clamp")
+    gold, bug = patches(first)
+    task = tasks[0].model_copy(update={"patch": gold, "bug": bug})
+    assert await _round_trip(sb, src, task, first) == ""
+    # a gold patch that applies but adds another bug instead of removing this one
+    far_gold, far_bug = patches(far)
+    wrong = task.model_copy(update={"patch": far_bug})
+    assert "clean files back" in await _round_trip(sb, src, wrong, first)
+    # a bug that is not the one judged (the gold patch then fits nothing), and one that
+    # does not apply to the image
+    other = task.model_copy(update={"bug": far_bug})
+    assert "do not apply" in await _round_trip(sb, src, other, first)
+    stale = task.model_copy(update={"bug": far_gold})
+    assert "do not apply" in await _round_trip(sb, src, stale, first)
+
+
+@needs_index
+@in_module_loop
 async def test_gold_resolves_and_what_cannot_resolve_does_not(made: tuple[Sandbox, list[SweTask]]):
     sb, tasks = made
     t = tasks[0]

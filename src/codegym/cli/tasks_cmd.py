@@ -34,10 +34,20 @@ def synth(
     gold_runs: Annotated[
         int,
         typer.Option(
-            help="Gradings of each gold patch that must all resolve (0: none; its tree is "
-            "the clean tree, which passed every clean run already)."
+            help="Gradings of a sampled gold patch that must all resolve (0: none; every "
+            "gold patch is still checked to give the clean files back byte for byte)."
         ),
-    ] = 1,
+    ] = 3,
+    gold_sample: Annotated[
+        int,
+        typer.Option(
+            help="Kept tasks a package whose gold patch is graded as a prediction would be "
+            "(if one fails, all are)."
+        ),
+    ] = 2,
+    every_gold: Annotated[
+        bool, typer.Option("--every-gold", help="Grade every kept task's gold patch.")
+    ] = False,
     aimed: Annotated[
         bool, typer.Option(help="Aim mutants at code the tests run (one traced clean run).")
     ] = True,
@@ -58,6 +68,8 @@ def synth(
         fail("--per-package and --clean-runs must be at least 1")
     if not 0 <= combined < 1:
         fail(f"--combined {combined}: use a share in [0, 1)")
+    if gold_runs < 0 or gold_sample < 0:
+        fail("--gold-runs and --gold-sample must be at least 0")
     if at_once < 1:
         fail(f"--at-once {at_once}: work on at least 1 package at a time")
     t0 = time.monotonic()
@@ -78,6 +90,7 @@ def synth(
                 timeout_s=timeout_s,
                 combined_share=combined,
                 gold_runs=gold_runs,
+                gold_sample=None if every_gold else gold_sample,
                 aimed=aimed,
                 at_once=at_once,
                 on_package=lambda so_far: dump_tasks(so_far, out),

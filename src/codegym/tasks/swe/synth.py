@@ -13,15 +13,21 @@ mutant becomes a task when at least one stable test fails (``FAIL_TO_PASS``), at
 suite finished in time; ``PASS_TO_PASS`` is the stable rest. Tasks are deduplicated by
 patch and by ``FAIL_TO_PASS`` set. The gold patch is the reverse of the mutation; the
 problem statement is written from the failing tests' names and messages, never from the
-change. Last, the gold patch is graded ``gold_runs`` times as any prediction would be (a
-fork of the task's state, tests restored); a task it does not resolve every time is dropped.
+change. Last, the gold patches are checked: every task's bug and gold patch are applied
+with ``git apply`` in a fresh workspace of the clean image, and the tree must become the
+judged mutant and then the image again, byte for byte; ``gold_sample`` tasks a package
+(every one with ``gold_sample=None``) are also graded ``gold_runs`` times as any
+prediction would be (a fork of the task's state, tests restored). A task whose gold patch
+fails either is dropped; a sampled grading that fails sends every task of the package
+through the grader.
 
-One grading per task (the default) is the issue's "3 out of 3" without re-running the
-same bytes: the gold patch turns the bug back into the clean tree byte for byte (it is
-the mutation's reverse diff), and that tree already passed the stable tests in each of
-the ``runs`` clean runs; what only a per-task grading can show is that the patch applies
-and the grader's path (fork, restore, channel) resolves it, and one grading shows that.
-Two more gradings of that same tree cost two suite runs per task, most of a run's time.
+Why a sample is the issue's "3 out of 3": the gold tree is the clean tree byte for byte
+(checked per task), and every task of a package runs the same tests on it
+(``FAIL_TO_PASS`` and ``PASS_TO_PASS`` split the same stable set), which passed in each of
+the ``runs`` clean runs. What only a grading shows is that the grader's path (fork,
+restore, channel) resolves that tree; the path is the package's, not the task's, and the
+sample shows it ``gold_runs`` times. Grading every gold patch costs one suite run per task,
+about what judging it did.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codegym.sandbox import Sandbox
+from codegym.sandbox import Sandbox, Verdict
 from codegym.sandbox.images import Image, ImageError, ImageSpec, ImageStore, build_image
 from codegym.sandbox.images.changes import file_patch
 from codegym.sandbox.images.layers import walk
@@ -181,11 +187,7 @@ async def judge_mutant(
         return "no test fails"
     if len(f2p) > max_share * len(base.stable):
         return "fails too much"
-    gold = bug = ""
-    for path, (original, mutated) in sorted(mutant.files.items()):
-        clean, buggy = (0o100644, original.encode()), (0o100644, mutated.encode())
-        gold += file_patch(path, buggy, clean)
-        bug += file_patch(path, clean, buggy)
+    gold, bug = patches(mutant)
     return SweTask(
         instance_id=f"{src.name}__{src.version}__{mutant.key}",
         repo=src.name,
@@ -207,6 +209,16 @@ async def judge_mutant(
             "files": [e.path for e in mutant.edits],
         },
     )
+
+
+def patches(mutant: Mutant) -> tuple[str, str]:
+    """The gold patch (mutant to clean) and the bug (clean to mutant), as git diffs."""
+    gold = bug = ""
+    for path, (original, mutated) in sorted(mutant.files.items()):
+        clean, buggy = (0o100644, original.encode()), (0o100644, mutated.encode())
+        gold += file_patch(path, buggy, clean)
+        bug += file_patch(path, clean, buggy)
+    return gold, bug
 
 
 def statement(src: Source, xml: str, f2p: list[str], shown: int = 5) -> str:
@@ -311,7 +323,8 @@ async def synth_package(
     max_share: float = 0.25,
     timeout_s: float = 60.0,
     combined_share: float = 0.2,
-    gold_runs: int = 1,
+    gold_runs: int = 3,
+    gold_sample: int | None = 2,
     aimed: bool = True,
     report: Report | None = None,
     log: Log | None = None,
@@ -338,6 +351,7 @@ async def synth_package(
     maxfail = int(max_share * len(base.stable)) + 1
     rng = random.Random(seed)
     tasks: list[SweTask] = []
+    made_from: list[Mutant] = []
     kept_singles: list[Mutant] = []
     seen_patch: set[str] = set()
     seen_f2p: set[frozenset[str]] = set()
@@ -375,6 +389,7 @@ async def synth_package(
                     seen_patch.add(digest)
                     seen_f2p.add(key)
                     tasks.append(verdict)
+                    made_from.append(mutant)
                     if len(mutant.edits) == 1:
                         kept_singles.append(mutant)
             if isinstance(verdict, str):
@@ -382,11 +397,9 @@ async def synth_package(
                 if group is not None:
                     group.misses += 1
         say(f"{src.name}: wave {waves}: {len(wave)} judged, {len(tasks)} tasks so far")
-    if gold_runs:
-        say(f"{src.name}: grading {len(tasks)} gold patches {gold_runs} times")
-        verified = await asyncio.gather(*(_gold_holds(sb, t, gold_runs) for t in tasks))
-        report.rejected["gold does not resolve"] += verified.count(False)
-        tasks = [t for t, ok in zip(tasks, verified, strict=True) if ok]
+    tasks = await _gold_checked(
+        sb, src, list(zip(tasks, made_from, strict=True)), gold_runs, gold_sample, seed, report, say
+    )
     report.kept[src.name] += len(tasks)
     say(f"{src.name}: kept {len(tasks)} of {report.tried[src.name]} mutants judged "
         f"({unreached} of {len(singles)} reached by no test)")  # fmt: skip
@@ -402,6 +415,73 @@ async def _gold_holds(sb: Sandbox, task: SweTask, runs: int) -> bool:
         if not (await grade(sb, task, task.patch)).resolved:
             return False
     return True
+
+
+async def _gold_checked(
+    sb: Sandbox,
+    src: Source,
+    made: list[tuple[SweTask, Mutant]],
+    runs: int,
+    sample: int | None,
+    seed: int,
+    report: Report,
+    say: Log,
+) -> list[SweTask]:
+    """The tasks whose gold patch holds (see the module docstring): every one round-trips
+    to the clean image (``_round_trip``); ``sample`` of them (all when None) are graded
+    ``runs`` times, and all of them are if a sampled one fails."""
+    trips = await asyncio.gather(*(_round_trip(sb, src, t, m) for t, m in made))
+    for why in trips:
+        if why:
+            report.rejected["gold does not restore the clean tree"] += 1
+            say(f"{src.name}: {why}")
+    tasks = [t for (t, _), why in zip(made, trips, strict=True) if not why]
+    if not runs or not tasks:
+        return tasks
+    picked = tasks
+    if sample is not None and sample < len(tasks):
+        picked = random.Random(seed).sample(tasks, sample)
+    say(f"{src.name}: grading {len(picked)} of {len(tasks)} gold patches {runs} times")
+    held = await asyncio.gather(*(_gold_holds(sb, t, runs) for t in picked))
+    if not all(held) and len(picked) < len(tasks):
+        say(f"{src.name}: a sampled gold patch did not resolve; grading every one")
+        picked = tasks
+        held = await asyncio.gather(*(_gold_holds(sb, t, runs) for t in picked))
+    if len(picked) < len(tasks):
+        return tasks
+    report.rejected["gold does not resolve"] += held.count(False)
+    return [t for t, ok in zip(picked, held, strict=True) if ok]
+
+
+async def _round_trip(sb: Sandbox, src: Source, task: SweTask, mutant: Mutant) -> str:
+    """Why the task's patches do not round-trip ("" when they do): in a fresh workspace of
+    the clean image, ``git apply`` of the bug must give the files the mutant's suite was
+    judged on, and ``git apply`` of the gold patch then the image's own bytes."""
+    from codegym.sandbox.images.changes import LowerView
+    from codegym.tasks.swe.grade import STEP
+
+    paths = sorted(mutant.files)
+    assert sb.images is not None  # synth opens its sandbox with the store
+    lower = LowerView(list(reversed(sb.images.layer_paths(src.image))))
+    want = [hashlib.sha256(mutant.files[p][1].encode()).hexdigest() for p in paths] + [
+        hashlib.sha256(lower.read(p)).hexdigest() for p in paths
+    ]
+    script = (
+        'git apply --whitespace=nowarn .cg-bug.patch && sha256sum -- "$@" && '
+        'git apply --whitespace=nowarn .cg-gold.patch && sha256sum -- "$@"'
+    )
+    r = await sb.run(
+        ["sh", "-c", script, "sh", *paths],
+        files={".cg-bug.patch": task.bug, ".cg-gold.patch": task.patch},
+        limits=STEP,
+        workspace=src.image,
+    )
+    if r.verdict is not Verdict.OK:
+        return f"{task.instance_id}: its patches do not apply: {(r.stderr or r.reason)[-300:]}"
+    got = [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+    if got != want:
+        return f"{task.instance_id}: its patches do not give the mutant and the clean files back"
+    return ""
 
 
 async def synth(
