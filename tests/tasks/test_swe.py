@@ -8,6 +8,7 @@ the index cannot be reached.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -26,6 +27,7 @@ from codegym.sandbox.images import ImageStore
 from codegym.sandbox.images.layers import remove_tree
 from codegym.tasks import DatasetError
 from codegym.tasks.swe.grade import grade
+from codegym.tasks.swe.mutate import Mutant
 from codegym.tasks.swe.synth import Report, load_source, synth_package
 from codegym.tasks.swe.task import SweTask, load_tasks
 from jail import no_jail
@@ -229,17 +231,84 @@ async def test_gold_patches_must_give_the_clean_tree_back(
     far = next(m for m in mutants if m.edits[0].function == "clamp")
     gold, bug = patches(first)
     task = tasks[0].model_copy(update={"patch": gold, "bug": bug})
-    assert await _round_trip(sb, src, task, first) == ""
+    assert await _round_trip(sb, src, task, first) == ("", "")
     # a gold patch that applies but adds another bug instead of removing this one
     far_gold, far_bug = patches(far)
     wrong = task.model_copy(update={"patch": far_bug})
-    assert "clean files back" in await _round_trip(sb, src, wrong, first)
+    assert "clean files back" in (await _round_trip(sb, src, wrong, first))[1]
     # a bug that is not the one judged (the gold patch then fits nothing), and one that
     # does not apply to the image
     other = task.model_copy(update={"bug": far_bug})
-    assert "do not apply" in await _round_trip(sb, src, other, first)
+    assert "do not apply" in (await _round_trip(sb, src, other, first))[1]
     stale = task.model_copy(update={"bug": far_gold})
-    assert "do not apply" in await _round_trip(sb, src, stale, first)
+    assert "do not apply" in (await _round_trip(sb, src, stale, first))[1]
+    # a bug in a file the grader restores (a helper under test/): the fix would be undone
+    edit = dataclasses.replace(first.edits[0], path="test/helpers.py")
+    helper = Mutant((edit,))
+    kind, why = await _round_trip(sb, src, task, helper)
+    assert kind == "gold does not restore the clean tree" and "restores test/helpers.py" in why
+
+
+def test_gold_sample_covers_each_canary_module_and_falls_back(monkeypatch: pytest.MonkeyPatch):
+    """Which gold patches are graded, without a sandbox: one per canary module and random
+    others up to the sample; a failed grading drops its task and grades all the rest."""
+    import asyncio
+    import types
+
+    from codegym.tasks.swe import synth as s
+
+    tasks = [
+        SweTask(
+            instance_id=f"p__1__{i}", repo="p", version="1", base_commit="d", patch="x",
+            problem_statement="?", FAIL_TO_PASS=[f"tests/test_{i % 3}.py::t"], image="i",
+            test_files=[f"tests/test_{k}.py" for k in range(3)], bug="y", test_cmd=["pytest"],
+        )
+        for i in range(12)
+    ]  # fmt: skip
+    graded: list[str] = []
+    broken: set[str] = set()
+
+    async def trip(_sb: object, _src: object, t: SweTask, _m: object) -> tuple[str, str]:
+        return (
+            ("gold does not restore the clean tree", "no")
+            if t.instance_id.endswith("11")
+            else ("", "")
+        )
+
+    async def holds(_sb: object, t: SweTask, runs: int) -> str:
+        graded.append(t.instance_id)
+        return "unresolved: x" if t.instance_id in broken else ""
+
+    monkeypatch.setattr(s, "_round_trip", trip)
+    monkeypatch.setattr(s, "_gold_holds", holds)
+    monkeypatch.setattr(s, "_channel_file", lambda _sb, _src, t: t.FAIL_TO_PASS[0].split("::")[0])
+
+    def check(sample: int | None) -> tuple[list[str], s.Report]:
+        report = s.Report()
+        made = [(t, None) for t in tasks]
+        src = types.SimpleNamespace(name="p")
+        say = lambda _m: None  # noqa: E731
+        kept = asyncio.run(s._gold_checked(None, src, made, 3, sample, 0, report, say))  # type: ignore[arg-type]
+        return [t.instance_id for t in kept], report
+
+    kept, report = check(sample=5)
+    assert len(kept) == 11 and report.rejected["gold does not restore the clean tree"] == 1
+    assert len(graded) == 5 and len(set(graded)) == 5  # 3 modules, then 2 more at random
+    modules = {next(t for t in tasks if t.instance_id == g).FAIL_TO_PASS[0] for g in graded}
+    assert len(modules) == 3
+    graded.clear()
+    kept, _ = check(sample=0)
+    assert len(graded) == 3 and len(kept) == 11  # one per module
+    graded.clear()
+    broken.update(t.instance_id for t in tasks[0:11:3])  # module 0's: whichever is picked
+    kept, report = check(sample=0)
+    assert sorted(graded) == sorted(t.instance_id for t in tasks[:11])  # each once: the rest
+    assert kept == [t.instance_id for t in tasks[:11] if t.instance_id not in broken]
+    assert report.rejected["gold does not resolve"] == 4
+    graded.clear()
+    broken = {t.instance_id for t in tasks}
+    kept, report = check(sample=None)
+    assert kept == [] and report.rejected["gold does not resolve"] == 11 and len(graded) == 11
 
 
 @needs_index

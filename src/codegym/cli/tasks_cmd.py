@@ -41,8 +41,9 @@ def synth(
     gold_sample: Annotated[
         int,
         typer.Option(
-            help="Kept tasks a package whose gold patch is graded as a prediction would be "
-            "(if one fails, all are)."
+            help="Kept tasks a package, at least, whose gold patch is graded as a prediction "
+            "would be (one per module the grader's canaries go in, in any case; if one fails, "
+            "all are)."
         ),
     ] = 2,
     every_gold: Annotated[
@@ -70,6 +71,8 @@ def synth(
         fail(f"--combined {combined}: use a share in [0, 1)")
     if gold_runs < 0 or gold_sample < 0:
         fail("--gold-runs and --gold-sample must be at least 0")
+    if every_gold and not gold_runs:
+        fail("--every-gold with --gold-runs 0 grades nothing: give --gold-runs 1 or more")
     if at_once < 1:
         fail(f"--at-once {at_once}: work on at least 1 package at a time")
     t0 = time.monotonic()

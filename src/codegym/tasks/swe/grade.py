@@ -139,14 +139,20 @@ async def grade(sb: Sandbox, task: SweTask, patch: str) -> Graded:
 
 
 def _channel(task: SweTask, lower: LowerView) -> Channel:
-    """The grading's report channel, its canaries in the module of the task's first test
-    that is a Python file (a forgery aimed at the failing tests meets them there)."""
+    """The grading's report channel, its canaries in ``channel_file`` (a forgery aimed at
+    the failing tests meets them there)."""
+    path = channel_file(task, lower)
+    if path is not None:
+        return Channel.new(path, lower.read(path).decode("utf-8", "replace"))
+    return Channel.new(f"test_{secrets.token_hex(4)}.py", "")  # only doctests: a module of its own
+
+
+def channel_file(task: SweTask, lower: LowerView) -> str | None:
+    """The module a grading of ``task`` appends its canaries to: that of the task's first
+    test that is a Python file (None: only doctests, so a module of its own)."""
     ids = (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)
     files = [t.split("::", 1)[0] for t in ids] + list(task.test_files)
-    for path in files:
-        if path.endswith(".py") and lower.lookup(path) is not None:
-            return Channel.new(path, lower.read(path).decode("utf-8", "replace"))
-    return Channel.new(f"test_{secrets.token_hex(4)}.py", "")  # only doctests: a module of its own
+    return next((p for p in files if p.endswith(".py") and lower.lookup(p) is not None), None)
 
 
 async def _restore_tests(ws: Workspace, task: SweTask, lower: LowerView) -> None:

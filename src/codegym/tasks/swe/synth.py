@@ -13,21 +13,23 @@ mutant becomes a task when at least one stable test fails (``FAIL_TO_PASS``), at
 suite finished in time; ``PASS_TO_PASS`` is the stable rest. Tasks are deduplicated by
 patch and by ``FAIL_TO_PASS`` set. The gold patch is the reverse of the mutation; the
 problem statement is written from the failing tests' names and messages, never from the
-change. Last, the gold patches are checked: every task's bug and gold patch are applied
-with ``git apply`` in a fresh workspace of the clean image, and the tree must become the
-judged mutant and then the image again, byte for byte; ``gold_sample`` tasks a package
-(every one with ``gold_sample=None``) are also graded ``gold_runs`` times as any
-prediction would be (a fork of the task's state, tests restored). A task whose gold patch
-fails either is dropped; a sampled grading that fails sends every task of the package
-through the grader.
+change. Last, the gold patches are checked. Every task: each path its bug changes is one
+the grader lets a fix change (else it would put the buggy file back over the fix), the
+grader's canaries go in one of its test files, and its bug and gold patch, applied with
+``git apply`` in a fresh workspace of the clean image, give the judged mutant and then the
+image again, byte for byte. Then, graded ``gold_runs`` times as any prediction would be (a
+fork of the task's state, tests restored): one task for each test module a grading puts
+its canaries in, and random others up to ``gold_sample`` (every task with
+``gold_sample=None``). A task whose gold patch fails is dropped, and a failed grading
+sends every task of the package not graded yet through the grader.
 
-Why a sample is the issue's "3 out of 3": the gold tree is the clean tree byte for byte
-(checked per task), and every task of a package runs the same tests on it
+Why that is the issue's "3 out of 3": the gold tree is the clean tree byte for byte
+(checked per task), and every task of a package runs the same command and tests on it
 (``FAIL_TO_PASS`` and ``PASS_TO_PASS`` split the same stable set), which passed in each of
 the ``runs`` clean runs. What only a grading shows is that the grader's path (fork,
-restore, channel) resolves that tree; the path is the package's, not the task's, and the
-sample shows it ``gold_runs`` times. Grading every gold patch costs one suite run per task,
-about what judging it did.
+restore, channel) resolves that tree; of that path only the canaries' module depends on
+the task, and each module is graded ``gold_runs`` times. Grading every gold patch costs
+``gold_runs`` suite runs per task, one of them about what judging it did.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from pathlib import Path
 
 from codegym.sandbox import Sandbox, Verdict
 from codegym.sandbox.images import Image, ImageError, ImageSpec, ImageStore, build_image
-from codegym.sandbox.images.changes import file_patch
+from codegym.sandbox.images.changes import LowerView, file_patch
 from codegym.sandbox.images.layers import walk
 from codegym.tasks.swe import junit
 from codegym.tasks.swe.coverage import Coverage, measure
@@ -406,15 +408,20 @@ async def synth_package(
     return tasks
 
 
-async def _gold_holds(sb: Sandbox, task: SweTask, runs: int) -> bool:
-    """Whether the gold patch resolves the task ``runs`` times out of ``runs``, graded as
-    any prediction is (a fork of the task's state, tests restored)."""
+async def _gold_holds(sb: Sandbox, task: SweTask, runs: int) -> str:
+    """Why the gold patch does not resolve the task ``runs`` times out of ``runs`` ("" when
+    it does), graded as any prediction is (a fork of the task's state, tests restored). A
+    grading that fails on our side is tried again, twice at most: "infra" if it still does."""
     from codegym.tasks.swe.grade import grade
 
     for _ in range(runs):
-        if not (await grade(sb, task, task.patch)).resolved:
-            return False
-    return True
+        for _attempt in range(3):
+            g = await grade(sb, task, task.patch)
+            if g.outcome != "infra":
+                break
+        if not g.resolved:
+            return "infra" if g.outcome == "infra" else f"{g.outcome}: {g.detail[:200]}"
+    return ""
 
 
 async def _gold_checked(
@@ -427,42 +434,84 @@ async def _gold_checked(
     report: Report,
     say: Log,
 ) -> list[SweTask]:
-    """The tasks whose gold patch holds (see the module docstring): every one round-trips
-    to the clean image (``_round_trip``); ``sample`` of them (all when None) are graded
-    ``runs`` times, and all of them are if a sampled one fails."""
+    """The tasks whose gold patch holds (see the module docstring). Every one must
+    round-trip to the clean image (``_round_trip``). Graded ``runs`` times each: one task
+    for each module a grading puts its canaries in (the one per-task part of the grader's
+    path), and random others up to ``sample`` (every task when None). If a graded one
+    fails, it is dropped and every task not graded yet is graded."""
     trips = await asyncio.gather(*(_round_trip(sb, src, t, m) for t, m in made))
-    for why in trips:
-        if why:
-            report.rejected["gold does not restore the clean tree"] += 1
+    for kind, why in trips:
+        if kind:
+            report.rejected[kind] += 1
             say(f"{src.name}: {why}")
-    tasks = [t for (t, _), why in zip(made, trips, strict=True) if not why]
+    tasks = [t for (t, _), (kind, _) in zip(made, trips, strict=True) if not kind]
     if not runs or not tasks:
         return tasks
-    picked = tasks
-    if sample is not None and sample < len(tasks):
-        picked = random.Random(seed).sample(tasks, sample)
-    say(f"{src.name}: grading {len(picked)} of {len(tasks)} gold patches {runs} times")
-    held = await asyncio.gather(*(_gold_holds(sb, t, runs) for t in picked))
-    if not all(held) and len(picked) < len(tasks):
-        say(f"{src.name}: a sampled gold patch did not resolve; grading every one")
+    rng = random.Random(seed)
+    by_module: dict[str | None, list[SweTask]] = {}
+    for t in tasks:
+        by_module.setdefault(_channel_file(sb, src, t), []).append(t)
+    picked = [rng.choice(group) for _, group in sorted(by_module.items(), key=str)]
+    if sample is None:
         picked = tasks
-        held = await asyncio.gather(*(_gold_holds(sb, t, runs) for t in picked))
-    if len(picked) < len(tasks):
-        return tasks
-    report.rejected["gold does not resolve"] += held.count(False)
-    return [t for t, ok in zip(picked, held, strict=True) if ok]
+    elif len(picked) < sample:
+        ids = {t.instance_id for t in picked}
+        others = [t for t in tasks if t.instance_id not in ids]
+        picked += rng.sample(others, min(len(others), sample - len(picked)))
+    ids = {t.instance_id for t in picked}
+    rest = [t for t in tasks if t.instance_id not in ids]
+    say(f"{src.name}: grading {len(picked)} of {len(tasks)} gold patches {runs} times "
+        f"({len(by_module)} canary modules)")  # fmt: skip
+    failed = await _failing(sb, picked, runs, report, say)
+    if failed and rest:
+        say(f"{src.name}: a sampled gold patch did not resolve; grading every other one")
+        failed |= await _failing(sb, rest, runs, report, say)
+    return [t for t in tasks if t.instance_id not in failed]
 
 
-async def _round_trip(sb: Sandbox, src: Source, task: SweTask, mutant: Mutant) -> str:
-    """Why the task's patches do not round-trip ("" when they do): in a fresh workspace of
-    the clean image, ``git apply`` of the bug must give the files the mutant's suite was
-    judged on, and ``git apply`` of the gold patch then the image's own bytes."""
-    from codegym.sandbox.images.changes import LowerView
-    from codegym.tasks.swe.grade import STEP
+async def _failing(
+    sb: Sandbox, tasks: list[SweTask], runs: int, report: Report, say: Log
+) -> set[str]:
+    """The ids of ``tasks`` whose gold patch does not hold, counted in ``report``."""
+    whys = await asyncio.gather(*(_gold_holds(sb, t, runs) for t in tasks))
+    for t, why in zip(tasks, whys, strict=True):
+        if why:
+            kind = "gold grading infra" if why == "infra" else "gold does not resolve"
+            report.rejected[kind] += 1
+            say(f"{t.instance_id}: {kind}: {why}")
+    return {t.instance_id for t, why in zip(tasks, whys, strict=True) if why}
+
+
+def _lower(sb: Sandbox, src: Source) -> LowerView:
+    assert sb.images is not None  # synth opens its sandbox with the store
+    return LowerView(list(reversed(sb.images.layer_paths(src.image))))
+
+
+def _channel_file(sb: Sandbox, src: Source, task: SweTask) -> str | None:
+    from codegym.tasks.swe.grade import channel_file
+
+    return channel_file(task, _lower(sb, src))
+
+
+async def _round_trip(sb: Sandbox, src: Source, task: SweTask, mutant: Mutant) -> tuple[str, str]:
+    """Why the task's patches do not round-trip, as (the report's reason, detail); ("", "")
+    when they do. Every path the bug changes must be one a fix may change (else the grader
+    would put the buggy file back over the fix), the grader's canaries must go in one of the
+    task's test files, and in a fresh workspace of the clean image ``git apply`` of the bug
+    must give the files the mutant's suite was judged on, then ``git apply`` of the gold
+    patch the image's bytes."""
+    from codegym.tasks.swe.grade import STEP, channel_file, may_change
 
     paths = sorted(mutant.files)
-    assert sb.images is not None  # synth opens its sandbox with the store
-    lower = LowerView(list(reversed(sb.images.layer_paths(src.image))))
+    lower = _lower(sb, src)
+    allowed = may_change(task, lower)
+    kept_back = [p for p in paths if not allowed(p, "f", lower.lookup(p))]
+    bad, iid = "gold does not restore the clean tree", task.instance_id
+    if kept_back:
+        return bad, f"{iid}: the grader restores {kept_back[0]}, which the bug changes"
+    canaries = channel_file(task, lower)
+    if canaries is not None and canaries not in task.test_files:
+        return bad, f"{iid}: the grader's canaries would go in {canaries}, not a test"
     want = [hashlib.sha256(mutant.files[p][1].encode()).hexdigest() for p in paths] + [
         hashlib.sha256(lower.read(p)).hexdigest() for p in paths
     ]
@@ -470,18 +519,23 @@ async def _round_trip(sb: Sandbox, src: Source, task: SweTask, mutant: Mutant) -
         'git apply --whitespace=nowarn .cg-bug.patch && sha256sum -- "$@" && '
         'git apply --whitespace=nowarn .cg-gold.patch && sha256sum -- "$@"'
     )
-    r = await sb.run(
-        ["sh", "-c", script, "sh", *paths],
-        files={".cg-bug.patch": task.bug, ".cg-gold.patch": task.patch},
-        limits=STEP,
-        workspace=src.image,
-    )
+    for _attempt in range(3):  # a run that fails on our side is tried again
+        r = await sb.run(
+            ["sh", "-c", script, "sh", *paths],
+            files={".cg-bug.patch": task.bug, ".cg-gold.patch": task.patch},
+            limits=STEP,
+            workspace=src.image,
+        )
+        if r.verdict is not Verdict.INFRA:
+            break
+    if r.verdict is Verdict.INFRA:
+        return "gold check infra", f"{iid}: its patches could not be checked: {r.reason}"
     if r.verdict is not Verdict.OK:
-        return f"{task.instance_id}: its patches do not apply: {(r.stderr or r.reason)[-300:]}"
+        return bad, f"{iid}: its patches do not apply: {(r.stderr or r.reason)[-300:]}"
     got = [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
     if got != want:
-        return f"{task.instance_id}: its patches do not give the mutant and the clean files back"
-    return ""
+        return bad, f"{iid}: its patches do not give the mutant and the clean files back"
+    return "", ""
 
 
 async def synth(
