@@ -9,7 +9,14 @@ what each per-run isolation step costs on its own:
 - ``+ns``: the child is ``clone``d into new pid, mount and ipc namespaces and mounts a
   fresh tmpfs on ``/tmp`` and ``/dev/shm`` and a fresh ``/proc`` (as codegym's runs do);
 - ``+ns+cgroup``: and the server moves each child into a cgroup (memory, pids, cpuacct;
-  v1 only, as on this machine; skipped elsewhere).
+  v1 only, as on this machine; skipped elsewhere);
+- ``worker-ns``: the design without per-run namespaces (issue 19's proposal): the
+  worker's own pid/mount/ipc namespaces serve every run; each child mounts a fresh tmpfs
+  on ``/tmp`` and ``/dev/shm`` over the last run's (the old ones detached), takes a uid
+  of its own (one of 64, rotating) so it can signal nothing else, and is moved into the
+  v1 cgroup; after it exits the server reads the cgroup's ``cgroup.procs`` and kills what
+  the run left. The jail's uid is mapped alone in bwrap's user namespace, so this variant
+  runs bwrap as real root without one (the cost of a per-run uid is one ``setresuid``).
 
 The sandbox's own figures are in ``sandbox_bench.py``; docs/BENCHMARKS.md puts them side
 by side. Run as root (cgroups): ``.venv/bin/python benchmarks/forkserver_floor.py``.
@@ -41,6 +48,7 @@ for m in {PRELOAD!r}.split():
     __import__(m)
 libc = ctypes.PyDLL(None, use_errno=True)
 procs = [f"/sys/fs/cgroup/{{c}}/{{cg}}/cgroup.procs" for c in ("memory", "pids", "cpuacct")]
+runs = 0
 gc.collect(); gc.freeze()
 inp, out = os.fdopen(0, "rb", buffering=0), os.fdopen(1, "wb", buffering=0)
 def read(n):
@@ -55,13 +63,21 @@ while True:
     (n,) = H.unpack(read(4))
     code = read(n).decode()
     r, w = os.pipe()
-    if variant == "bare":
+    if variant in ("bare", "worker-ns"):
         pid = libc.fork()
     else:  # CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC, exit signal SIGCHLD
         pid = libc.syscall(56, 0x20000000 | 0x00020000 | 0x08000000 | 17, 0, 0, 0, 0)
     if pid == 0:
         try:
-            if variant != "bare":
+            if variant == "worker-ns":
+                for d in (b"/tmp", b"/dev/shm"):
+                    libc.umount2(d, 2)  # MNT_DETACH: the last run's tmpfs goes with its users
+                    libc.mount(b"tmpfs", d, b"tmpfs", 6, b"size=16m")
+                uid = 10000 + runs % 64
+                os.setresgid(uid, uid, uid)
+                os.setgroups([])
+                os.setresuid(uid, uid, uid)
+            elif variant != "bare":
                 for d in (b"/tmp", b"/dev/shm"):
                     libc.mount(b"tmpfs", d, b"tmpfs", 6, b"size=16m")
                 libc.mount(b"proc", b"/proc", b"proc", 14, None)
@@ -71,8 +87,9 @@ while True:
             sys.stdout.flush()
         finally:
             os._exit(0)
+    runs += 1
     os.close(w)
-    if variant == "+ns+cgroup":
+    if variant in ("+ns+cgroup", "worker-ns"):
         for path in procs:
             with open(path, "w") as f:
                 f.write(str(pid))
@@ -81,13 +98,23 @@ while True:
         data += chunk
     os.close(r)
     os.waitpid(pid, 0)
+    if variant == "worker-ns":  # what the run left in its cgroup dies with it
+        with open(procs[1]) as f:
+            for left in f.read().split():
+                os.kill(int(left), 9)
     out.write(H.pack(len(data)) + data)
 """
 
 
 async def worker(variant: str, cg: str, script: Path, jobs: asyncio.Queue[int]) -> int:
+    # the per-worker variant needs uids a user namespace from bwrap would not map
+    unshare = (
+        ["--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts"]
+        if variant == "worker-ns"
+        else ["--unshare-all"]
+    )
     argv = [
-        "bwrap", "--unshare-all", "--die-with-parent", "--cap-add", "ALL",
+        "bwrap", *unshare, "--die-with-parent", "--cap-add", "ALL",
         "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
         "--bind", "/sys/fs/cgroup", "/sys/fs/cgroup", "--ro-bind", str(script), "/tmp/server.py",
         PYTHON, "-I", "/tmp/server.py", variant, cg,
@@ -110,7 +137,8 @@ async def throughput(variant: str, cg: str, script: Path, n: int) -> tuple[float
     for i in range(n):
         jobs.put_nowait(i)
     t = time.perf_counter()
-    wrong = await asyncio.gather(*(worker(variant, cg, script, jobs) for _ in range(2)))
+    # a cgroup per worker: the per-worker variant kills whatever is left in its own
+    wrong = await asyncio.gather(*(worker(variant, f"{cg}-{i}", script, jobs) for i in range(2)))
     return n / (time.perf_counter() - t), sum(wrong)
 
 
@@ -120,14 +148,16 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     cg = f"codegym-floor-{os.getpid()}"
-    dirs = [Path(f"/sys/fs/cgroup/{c}/{cg}") for c in ("memory", "pids", "cpuacct")]
+    dirs = [
+        Path(f"/sys/fs/cgroup/{c}/{cg}-{i}") for c in ("memory", "pids", "cpuacct") for i in (0, 1)
+    ]
     variants = ["bare", "+ns"]
     try:
         for d in dirs:
             d.mkdir()
-        variants.append("+ns+cgroup")
+        variants += ["+ns+cgroup", "worker-ns"]
     except OSError as e:
-        print(f"(no +ns+cgroup: cannot create v1 cgroups here: {e})")
+        print(f"(no +ns+cgroup, worker-ns: cannot create v1 cgroups here: {e})")
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "server.py"
         script.write_text(SERVER)

@@ -244,7 +244,7 @@ class ExitWatch:
 # ---------------------------------------------------------------- forking
 
 
-def fork(clone_flags: int = 0) -> int:
+def fork(clone_flags: int = 0, single_threaded: bool | None = None) -> int:
     """fork(), or clone() with namespace flags, skipping CPython's at-fork hooks when
     this process has a single thread.
 
@@ -255,9 +255,10 @@ def fork(clone_flags: int = 0) -> int:
     at the fork; with one thread there are none, and the interpreter's state is already
     right in the child (same thread, same ident). Only ``random`` is reseeded, as
     CPython does, so runs do not share a random stream. With other threads the full
-    hooks run, as ``os.fork()`` would.
+    hooks run, as ``os.fork()`` would. ``single_threaded``: what a caller that starts no
+    thread already knows (the zygote's forker, whose /proc may be a run's).
     """
-    hooks = not _single_threaded()
+    hooks = not (_single_threaded() if single_threaded is None else single_threaded)
     if hooks and not clone_flags:
         return os.fork()
     if hooks:

@@ -10,10 +10,12 @@ Per execution it builds this process tree::
       ├─ J  the judge: runs assert tests' code, in Z's pid namespace and a mount
       │       namespace of its own, started at the first assert test and kept
       │       (see _start_judge and _judge)
-      └─ E  pid 1 of a fresh pid/mount/ipc namespace, forked by T with CLONE_PARENT:
-              private tmpfs work dir, /tmp, /dev/shm and /proc; rlimits, all
-              capabilities dropped, no_new_privs, not dumpable, seccomp; then the
-              harness runs the program (or serves J's calls, or forks per stdio case)
+      └─ E  pid 1 of a fresh pid and ipc namespace, forked by T with CLONE_PARENT: a
+              /proc of its own; the work dir, /tmp and /dev/shm are Z's tmpfs, emptied
+              between runs (``Scratch``), or, in session and workspace workers, E has a
+              mount namespace of its own with fresh ones; rlimits, all capabilities
+              dropped, no_new_privs, not dumpable, seccomp; then the harness runs the
+              program (or serves J's calls, or forks per stdio case)
 
 An assert test is a fresh E that runs the program and serves the calls of J, which holds
 the test; the two talk over a socket pair Z made with E's pipes, and Z judges the test
@@ -224,6 +226,13 @@ class Zygote:
             except Exception:
                 pass
         self.ws = config.get("workspaces")  # {"root": ...} when runs may use images
+        # plain runs share this zygote's mount namespace and scratch (see Scratch)
+        self.scratch: Scratch | None = None
+        if self.namespaces and config.get("shared_mounts") and not (self.session or self.ws):
+            _check(_libc.unshare(CLONE_NEWNS), "unshare")
+            if _private_mounts():
+                dirs = (self.workdir, "/tmp", "/dev/shm")
+                self.scratch = Scratch(dirs, bool(config.get("tmpfs_inodes")))
         if (self.session or self.ws) and self.namespaces:
             # a mount namespace of our own: bwrap's is owned by a user namespace we lack
             # CAP_SYS_ADMIN in, so mounting there is refused
@@ -259,10 +268,14 @@ class Zygote:
 
     # -- the child side -------------------------------------------------
 
+    def _clone_flags(self) -> int:
+        """A run's own namespaces: pid and ipc always; mount unless it shares Scratch."""
+        return CLONE_NEWPID | CLONE_NEWIPC | (0 if self.scratch else CLONE_NEWNS)
+
     def _spawn(self) -> int:
         if not self.namespaces:
             return self.harness.fork()
-        return self.harness.fork(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC)
+        return self.harness.fork(self._clone_flags())
 
     def _child(self, fds: dict, secret: list[bytes], shape: str, cwd: str | None) -> None:
         """E: set up its namespaces, drop every privilege, wait for the request, run it.
@@ -282,7 +295,16 @@ class Zygote:
             channel = self.harness.Channel(secret)  # empties ``secret``
             disk_mb, ws = _parse_shape(shape)
             full = ""
-            if self.namespaces:
+            if self.scratch is not None:
+                # the zygote's namespace, its scratch emptied for this run: a /proc of
+                # this run's own pid namespace, over the jail's (the last run's goes)
+                Scratch.take_down_proc()
+                _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+                _mount(b"/dev/null", b"/proc/cmdline", None, MS_BIND, None)
+                die = self.harness.death_handler(channel)
+                for sig in self.harness.FATAL_BY_DEFAULT:
+                    signal.signal(sig, die)
+            elif self.namespaces:
                 # inodes bounded too where the kernel takes it (not gVisor's tmpfs):
                 # tearing down millions of empty files took seconds
                 inodes = f",nr_inodes={disk_mb * 1024}" if self.cfg.get("tmpfs_inodes") else ""
@@ -437,6 +459,9 @@ class Zygote:
         if self.ready is not None and self.ready.shape == shape:
             return self.ready
         self.discard()
+        if self.scratch is not None:
+            # every E that ran a program is reaped by now, and its pid namespace with it
+            self.scratch.reset(_parse_shape(shape)[0])
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         res_r, res_w = os.pipe()
@@ -516,14 +541,16 @@ class Zygote:
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in self.channel_fds:
             os.dup2(devnull, fd)
-        flags = CLONE_PARENT | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC
+        flags = CLONE_PARENT | self._clone_flags()
+        # nothing here starts a thread, and a run's /proc may cover the jail's (Scratch)
+        single = self.harness._single_threaded()
         while True:
             msg, got, _, _ = socket.recv_fds(sock, 8192, len(E_ENDS))
             if not msg:
                 return  # the zygote is gone
             secret = [os.urandom(16)]  # this run's key; see Channel
             try:
-                pid = self.harness.fork(flags)
+                pid = self.harness.fork(flags, single)
             except OSError as e:
                 pid = -(e.errno or 1)
             if pid == 0:
@@ -863,6 +890,8 @@ class Zygote:
             # there anyway: it imports no module a program names, and its sys.path is
             # the system's.)
             _check(_libc.unshare(CLONE_NEWNS), "unshare")
+            if self.scratch is not None:
+                self.scratch.leave()
             if _private_mounts():
                 flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
                 _mount(b"tmpfs", self.workdir.encode(), b"tmpfs", flags, b"size=4k,mode=0555")
@@ -893,6 +922,85 @@ class Zygote:
                 _killpg(pid)
         except ProcessLookupError:
             pass
+
+
+class Scratch:
+    """The tmpfs work dir, /tmp and /dev/shm that a zygote's plain runs use in turn.
+
+    A mount namespace per run cost about a quarter of a run's CPU here (the kernel copies
+    and tears down every mount of the jail for each one), so plain runs share the
+    zygote's namespace instead, and these folders are made empty again between runs.
+    Between runs no process of the last one is left (its pid namespace died with it), so
+    what it left is only files: top-level files are unlinked (no path is followed, no
+    folder walked: ``unlinkat`` on names under an open fd of the mount's root), and a
+    folder of any kind, more than ``MAX_FILES`` files, or a root whose mode, owner or
+    extended attributes (ACLs among them) the program changed gets the tmpfs replaced
+    whole, as each run's was before. A new size (the run's ``disk_mb``) replaces all three.
+    """
+
+    MAX_FILES = 64
+
+    def __init__(self, dirs: tuple[str, ...], inodes: bool) -> None:
+        self.dirs, self.inodes = dirs, inodes
+        self.mb: int | None = None
+        self.fds: dict[str, int] = {}
+        self.remounts = 0  # replaced whole (for tests)
+
+    def reset(self, disk_mb: int) -> None:
+        """Empty every folder for the next run (or mount them at ``disk_mb``)."""
+        for d in self.dirs:
+            if self.mb != disk_mb or not self._emptied(self.fds[d]):
+                self._mount(d, disk_mb)
+        self.mb = disk_mb
+
+    @staticmethod
+    def take_down_proc() -> None:
+        """Unmount the /proc of runs gone by (each E mounts its own over the jail's):
+        /proc/self resolves only in a /proc of this process's own pid namespace."""
+        for _ in range(8):
+            if os.path.exists("/proc/self"):
+                return
+            _check(_libc.umount2(b"/proc", MNT_DETACH), "unmount a run's /proc")
+        raise OSError("the jail's own /proc is not under the runs' ones")
+
+    def leave(self) -> None:
+        """For the judge, in a mount namespace of its own: drop every mount of the runs'
+        (their files stay out of its sight and are not held in memory by it), with a
+        /tmp and /dev/shm of its own."""
+        self.take_down_proc()
+        for d in self.dirs:
+            if self.mb is not None:
+                _libc.umount2(d.encode(), MNT_DETACH)
+            if d != self.dirs[0]:
+                _mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=64m,mode=1777")
+
+    def _emptied(self, fd: int) -> bool:
+        st = os.fstat(fd)
+        if st.st_mode != 0o41777 or (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
+            return False
+        if os.listxattr(fd):
+            return False
+        with os.scandir(fd) as it:
+            names = []
+            for entry in it:
+                if entry.is_dir(follow_symlinks=False) or len(names) == self.MAX_FILES:
+                    return False
+                names.append(entry.name)
+        for name in names:
+            os.unlink(name, dir_fd=fd)
+        return True
+
+    def _mount(self, d: str, disk_mb: int) -> None:
+        if d in self.fds:
+            os.close(self.fds.pop(d))
+            _check(_libc.umount2(d.encode(), MNT_DETACH), f"unmount {d}")
+            self.remounts += 1
+        # inodes bounded too where the kernel takes it: tearing down millions of empty
+        # files took seconds
+        inodes = f",nr_inodes={disk_mb * 1024}" if self.inodes else ""
+        size = f"size={disk_mb}m{inodes},mode=1777".encode()
+        _mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
+        self.fds[d] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
 class _Capture:

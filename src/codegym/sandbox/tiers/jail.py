@@ -3,8 +3,10 @@
 Threat model. Covered: a hostile Python, C, C++, JavaScript or shell program, running as
 an unprivileged host uid in fresh user, pid, network, ipc, uts, mount and cgroup
 namespaces, sees a read-only /usr and a handful of /etc files, no network interface but
-loopback, and no host process. Per run it gets a fresh pid/mount/ipc namespace, private
-tmpfs work dir, /tmp and /dev/shm, a cgroup slot (memory, pids), rlimits, no
+loopback, and no host process. Per run it gets a fresh pid and ipc namespace with a
+/proc of its own, a tmpfs work dir, /tmp and /dev/shm that no earlier run left anything
+in (the worker's, emptied between runs: see ``_zygote.Scratch``; a mount namespace of its
+own in session and workspace workers), a cgroup slot (memory, pids), rlimits, no
 capabilities, no_new_privs and a seccomp deny-list; when the run ends the kernel kills
 every process it started. Not covered: kernel vulnerabilities reachable through the
 allowed syscalls (use the ``gvisor`` tier for multi-tenant use), CPU side channels, and
@@ -145,6 +147,7 @@ class JailTier(Tier):
             "counters": counters,
             "tmpfs_inodes": True,  # bound each run's tmpfs inodes too (see _zygote)
             "env": {**BASE_ENV, "HOME": WORKDIR},
+            "shared_mounts": True,  # plain runs: no mount namespace each (_zygote.Scratch)
             "forker": True,  # runs forked from a clean image (_zygote.Zygote.start_forker)
             "workspaces": spec.layers is not None,
         }
