@@ -10,6 +10,10 @@ what each per-run isolation step costs on its own:
   fresh tmpfs on ``/tmp`` and ``/dev/shm`` and a fresh ``/proc`` (as codegym's runs do);
 - ``+ns+cgroup``: and the server moves each child into a cgroup (memory, pids, cpuacct;
   v1 only, as on this machine; skipped elsewhere);
+- ``shared-mnt``: the ``jail`` tier's design for plain runs: per-run pid and ipc
+  namespaces and a /proc of the run's own (the last run's unmounted first), the server's
+  one mount namespace otherwise, its scratch folders checked empty after each run, and
+  the v1 cgroup move;
 - ``worker-ns``: the design without per-run namespaces (issue 19's proposal): the
   worker's own pid/mount/ipc namespaces serve every run; each child mounts a fresh tmpfs
   on ``/tmp`` and ``/dev/shm`` over the last run's (the old ones detached), takes a uid
@@ -49,6 +53,9 @@ for m in {PRELOAD!r}.split():
 libc = ctypes.PyDLL(None, use_errno=True)
 procs = [f"/sys/fs/cgroup/{{c}}/{{cg}}/cgroup.procs" for c in ("memory", "pids", "cpuacct")]
 runs = 0
+if variant == "shared-mnt":  # one mount namespace of the server's own, private
+    libc.unshare(0x00020000)
+    libc.mount(b"none", b"/", None, 16384 | (1 << 18), None)
 gc.collect(); gc.freeze()
 inp, out = os.fdopen(0, "rb", buffering=0), os.fdopen(1, "wb", buffering=0)
 def read(n):
@@ -65,6 +72,8 @@ while True:
     r, w = os.pipe()
     if variant in ("bare", "worker-ns"):
         pid = libc.fork()
+    elif variant == "shared-mnt":  # CLONE_NEWPID | CLONE_NEWIPC
+        pid = libc.syscall(56, 0x20000000 | 0x08000000 | 17, 0, 0, 0, 0)
     else:  # CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC, exit signal SIGCHLD
         pid = libc.syscall(56, 0x20000000 | 0x00020000 | 0x08000000 | 17, 0, 0, 0, 0)
     if pid == 0:
@@ -77,6 +86,10 @@ while True:
                 os.setresgid(uid, uid, uid)
                 os.setgroups([])
                 os.setresuid(uid, uid, uid)
+            elif variant == "shared-mnt":
+                while not os.path.exists("/proc/self"):
+                    libc.umount2(b"/proc", 2)  # the last run's /proc
+                libc.mount(b"proc", b"/proc", b"proc", 14, None)
             elif variant != "bare":
                 for d in (b"/tmp", b"/dev/shm"):
                     libc.mount(b"tmpfs", d, b"tmpfs", 6, b"size=16m")
@@ -89,7 +102,7 @@ while True:
             os._exit(0)
     runs += 1
     os.close(w)
-    if variant in ("+ns+cgroup", "worker-ns"):
+    if variant in ("+ns+cgroup", "worker-ns", "shared-mnt"):
         for path in procs:
             with open(path, "w") as f:
                 f.write(str(pid))
@@ -98,6 +111,11 @@ while True:
         data += chunk
     os.close(r)
     os.waitpid(pid, 0)
+    if variant == "shared-mnt":  # the scratch is checked empty, as codegym's Scratch does
+        for d in ("/tmp", "/dev/shm"):
+            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            os.fstat(fd), os.listxattr(fd), os.listdir(fd)
+            os.close(fd)
     if variant == "worker-ns":  # what the run left in its cgroup dies with it
         with open(procs[1]) as f:
             for left in f.read().split():
@@ -155,9 +173,9 @@ def main() -> None:
     try:
         for d in dirs:
             d.mkdir()
-        variants += ["+ns+cgroup", "worker-ns"]
+        variants += ["+ns+cgroup", "shared-mnt", "worker-ns"]
     except OSError as e:
-        print(f"(no +ns+cgroup, worker-ns: cannot create v1 cgroups here: {e})")
+        print(f"(no cgroup variants: cannot create v1 cgroups here: {e})")
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "server.py"
         script.write_text(SERVER)

@@ -24,15 +24,24 @@ LOOK = dedent(r"""
     for d in ('/work', '/tmp', '/dev/shm'):
         st = os.stat(d)
         seen[d] = [sorted(os.listdir(d)), oct(st.st_mode), os.listxattr(d)]
+        seen[d + ' times'] = [st.st_atime, st.st_mtime]
+        import fcntl
+        flags = fcntl.ioctl(os.open(d, os.O_RDONLY), 0x80086601, bytes(8))
+        seen[d].append(flags.hex())
     seen['self'] = os.readlink('/proc/self')
     seen['procs'] = sorted(p for p in os.listdir('/proc') if p.isdigit())
     seen['cmdline'] = open('/proc/cmdline').read()
+    seen['new file'] = []
+    for d in ('/work', '/tmp', '/dev/shm'):
+        with open(os.path.join(d, 'x'), 'w') as f:  # what a fresh tmpfs numbers next
+            seen['new file'].append(os.fstat(f.fileno()).st_ino)  # left: emptied after
     print(json.dumps(seen))
 """)
+
 CLEAN = {
-    "/work": [["main.py"], "0o41777", []],
-    "/tmp": [[], "0o41777", []],
-    "/dev/shm": [[], "0o41777", []],
+    "/work": [["main.py"], "0o41777", [], "0000000000000000"],
+    "/tmp": [[], "0o41777", [], "0000000000000000"],
+    "/dev/shm": [[], "0o41777", [], "0000000000000000"],
     "self": "1",
     "procs": ["1"],
     "cmdline": "",
@@ -61,6 +70,20 @@ PLANTS = {
     "the root's mode": "os.chmod(d, 0o700)",
     "the root closed to everyone": "os.chmod(d, 0)",
     "an attribute on the root": "os.setxattr(d, 'user.poison', b'1')",
+    "more attribute names than listxattr returns": """
+        for i in range(400):
+            os.setxattr(d, ('user.%03d' % i + 'x' * 245).encode(), b'1')
+    """,
+    "the root's times": "os.utime(d, ns=(0x1122334455667788, 0x0102030405060708))",
+    "the root's inode flags": """
+        import fcntl, struct
+        fcntl.ioctl(os.open(d, os.O_RDONLY), 0x40086602, struct.pack('q', 0xC0))
+    """,
+    "files made and removed again (the inode counter)": """
+        for i in range(300):
+            open(os.path.join(d, 'f'), 'w').close()
+            os.unlink(os.path.join(d, 'f'))
+    """,
     "a file held open by a left process": """
         f = open(os.path.join(d, 'held'), 'w')
         if os.fork() == 0:
@@ -86,11 +109,54 @@ async def sb() -> AsyncIterator[Sandbox]:
 async def _look(sb: Sandbox) -> dict[str, object]:
     r = await sb.run_python(LOOK, limits=LIMITS)
     assert r.verdict == Verdict.OK, (r.reason, r.stderr[-500:])
-    return json.loads(r.stdout)
+    seen = json.loads(r.stdout)
+    for d in DIRS:  # the root's times are those of a reset, never a program's (2009)
+        assert min(seen.pop(f"{d} times")) > 1.7e9, (d, r.stdout)
+    seen.pop("new file")
+    return seen
+
+
+async def _inodes(sb: Sandbox) -> list[int]:
+    """The inode numbers a new file in each folder gets: they go on from run to run
+    while a tmpfs is kept, and start low again in a new one."""
+    r = await sb.run_python(LOOK, limits=LIMITS)
+    assert r.verdict == Verdict.OK, (r.reason, r.stderr[-500:])
+    return json.loads(r.stdout)["new file"]
 
 
 async def test_a_fresh_worker_s_scratch_is_clean(sb: Sandbox) -> None:
     assert await _look(sb) == CLEAN
+
+
+async def test_a_tidy_run_s_folders_are_emptied_not_replaced(sb: Sandbox) -> None:
+    # the fast path: a run that leaves only files keeps the three tmpfs, emptied
+    first = await _inodes(sb)
+    files = {"data.txt": "x", "more.txt": "y"}
+    r = await sb.run_python("open('/tmp/t', 'w').write('t'); print('ok')", files=files)
+    assert r.verdict == Verdict.OK, (r.reason, r.stderr[-300:])
+    kept = await _inodes(sb)
+    assert all(k > f for k, f in zip(kept, first, strict=True)), (first, kept)
+    r = await sb.run_python("import os; os.mkdir('/tmp/d'); print('ok')")
+    assert r.verdict == Verdict.OK, (r.reason, r.stderr[-300:])
+    after = await _inodes(sb)
+    assert after[1] < kept[1] and after[0] > kept[0], (kept, after)  # /tmp only replaced
+
+
+async def test_a_check_the_program_makes_fail_is_not_infra(sb: Sandbox) -> None:
+    # names past listxattr's 64 KiB make the zygote's check fail: the tmpfs is replaced,
+    # and every test is the program's own failure
+    program = dedent("""
+        import os
+        for d in ('/work', '/tmp', '/dev/shm'):
+            for i in range(400):
+                os.setxattr(d, ('user.%03d' % i + 'x' * 245).encode(), b'1')
+        def f(x):
+            return 0
+    """)
+    tests = [AssertTest("assert f(1) == 2"), AssertTest("assert f(2) == 4")]
+    r = await sb.run_tests(program, tests, limits=LIMITS)
+    assert r.verdict != Verdict.INFRA, (r.reason, r.stderr[-300:])
+    assert [(t.passed, t.detail[:14]) for t in r.tests] == [(False, "AssertionError")] * 2
 
 
 @pytest.mark.parametrize("plant", list(PLANTS))
@@ -99,8 +165,13 @@ async def test_what_a_run_leaves_is_gone_from_the_next(sb: Sandbox, plant: str) 
         f"    {line}\n" for line in dedent(PLANTS[plant]).strip().splitlines()
     )
     code += "print('planted')\n"
+    before = await _inodes(sb)
     r = await sb.run_python(code, limits=LIMITS)
     assert r.verdict == Verdict.OK and r.stdout == "planted\n", (r.reason, r.stderr[-500:])
+    # nothing of how many files the run made shows in the next one's inode numbers (a
+    # run that left none of its own would advance them by a handful)
+    after = await _inodes(sb)
+    assert all(a - b < 32 for a, b in zip(after, before, strict=True)), (before, after)
     assert await _look(sb) == CLEAN
     # and again: the replacement is as clean as an emptied one
     assert await _look(sb) == CLEAN

@@ -460,8 +460,7 @@ class Zygote:
             return self.ready
         self.discard()
         if self.scratch is not None:
-            # every E that ran a program is reaped by now, and its pid namespace with it
-            self.scratch.reset(_parse_shape(shape)[0])
+            self.scratch.size(_parse_shape(shape)[0])  # emptied after each run (_drive)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         res_r, res_w = os.pipe()
@@ -726,6 +725,8 @@ class Zygote:
                 break  # daemons may hold the pipes open; the tree is killed below
         obs.wall = time.monotonic() - start
         _, obs.status, obs.ru = os.wait4(pid, 0)
+        if self.scratch is not None:
+            self.scratch.reset()  # E's pid namespace, and every process of the run, are gone
         if not self.namespaces:
             _killpg(pid)  # whatever the program left in its process group
         if self.meter is not None and obs.cpu0 is not None:
@@ -929,29 +930,51 @@ class Scratch:
 
     A mount namespace per run cost about a quarter of a run's CPU here (the kernel copies
     and tears down every mount of the jail for each one), so plain runs share the
-    zygote's namespace instead, and these folders are made empty again between runs.
-    Between runs no process of the last one is left (its pid namespace died with it), so
-    what it left is only files: top-level files are unlinked (no path is followed, no
-    folder walked: ``unlinkat`` on names under an open fd of the mount's root), and a
-    folder of any kind, more than ``MAX_FILES`` files, or a root whose mode, owner or
-    extended attributes (ACLs among them) the program changed gets the tmpfs replaced
-    whole, as each run's was before. A new size (the run's ``disk_mb``) replaces all three.
+    zygote's namespace instead, and these folders are made as a fresh tmpfs again after
+    each run, before its answer goes (so tearing down what it left is on its clock, as its
+    own namespace's teardown was). By then no process of the run is left (its pid
+    namespace died with it), so what it left is only files and the folders' own state:
+
+    - top-level files are unlinked (``unlinkat`` by name under an open fd of the mount's
+      root: no path followed, no folder walked);
+    - the root's times are set to now, so none of the program's values carry over;
+    - the tmpfs is replaced whole if the run left a folder, more than ``MAX_FILES``
+      files, a root whose mode, owner, flags or extended attributes (ACLs among them) it
+      changed, or created files it removed again (the inode counter would tell the next
+      run how many), or if anything in the check fails.
+
+    What a later run can still learn: whether the tmpfs was replaced (its inode numbers
+    and mount ids), the time of the reset, and the mount ids' global counter (as before).
+    A new size (the run's ``disk_mb``) replaces all three.
     """
 
     MAX_FILES = 64
+    FS_IOC_GETFLAGS = 0x80086601
 
     def __init__(self, dirs: tuple[str, ...], inodes: bool) -> None:
         self.dirs, self.inodes = dirs, inodes
         self.mb: int | None = None
         self.fds: dict[str, int] = {}
-        self.remounts = 0  # replaced whole (for tests)
+        self.next_ino: dict[str, int] = {}  # the inode number the next new file gets
+        self.flags: dict[str, bytes] = {}  # the fresh root's inode flags
 
-    def reset(self, disk_mb: int) -> None:
-        """Empty every folder for the next run (or mount them at ``disk_mb``)."""
-        for d in self.dirs:
-            if self.mb != disk_mb or not self._emptied(self.fds[d]):
+    def size(self, disk_mb: int) -> None:
+        """Mount every folder at ``disk_mb``, unless they are at that size already."""
+        if self.mb != disk_mb:
+            for d in self.dirs:
                 self._mount(d, disk_mb)
-        self.mb = disk_mb
+            self.mb = disk_mb
+
+    def reset(self) -> None:
+        """After a run: every folder as a fresh one for the next."""
+        assert self.mb is not None
+        for d in self.dirs:
+            try:
+                fresh = self._emptied(d)
+            except OSError:
+                fresh = False  # whatever made the check fail goes with the tmpfs
+            if not fresh:
+                self._mount(d, self.mb)
 
     @staticmethod
     def take_down_proc() -> None:
@@ -972,35 +995,59 @@ class Scratch:
             if self.mb is not None:
                 _libc.umount2(d.encode(), MNT_DETACH)
             if d != self.dirs[0]:
-                _mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=64m,mode=1777")
+                opts = b"size=64m,mode=1777"
+                _mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts)
 
-    def _emptied(self, fd: int) -> bool:
+    def _emptied(self, d: str) -> bool:
+        fd = self.fds[d]
         st = os.fstat(fd)
         if st.st_mode != 0o41777 or (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
             return False
-        if os.listxattr(fd):
+        if os.listxattr(fd) or self._root_flags(fd) != self.flags[d]:
             return False
+        names, inodes = [], set()
         with os.scandir(fd) as it:
-            names = []
             for entry in it:
                 if entry.is_dir(follow_symlinks=False) or len(names) == self.MAX_FILES:
                     return False
                 names.append(entry.name)
+                inodes.add(entry.inode())
         for name in names:
             os.unlink(name, dir_fd=fd)
+        # every inode the run made is one of those it left (tmpfs numbers them in order)
+        if self._probe(fd) != self.next_ino[d] + len(inodes):
+            return False
+        os.utime(fd)
+        self.next_ino[d] += len(inodes) + 1
         return True
+
+    def _root_flags(self, fd: int) -> bytes:
+        return fcntl.ioctl(fd, self.FS_IOC_GETFLAGS, b"\0" * 8)
+
+    @staticmethod
+    def _probe(fd: int) -> int:
+        """The inode number a new file in the folder gets now (the file is removed)."""
+        name = ".codegym-probe"
+        f = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=fd)
+        try:
+            return os.fstat(f).st_ino
+        finally:
+            os.close(f)
+            os.unlink(name, dir_fd=fd)
 
     def _mount(self, d: str, disk_mb: int) -> None:
         if d in self.fds:
             os.close(self.fds.pop(d))
             _check(_libc.umount2(d.encode(), MNT_DETACH), f"unmount {d}")
-            self.remounts += 1
         # inodes bounded too where the kernel takes it: tearing down millions of empty
         # files took seconds
         inodes = f",nr_inodes={disk_mb * 1024}" if self.inodes else ""
         size = f"size={disk_mb}m{inodes},mode=1777".encode()
         _mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
-        self.fds[d] = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.fds[d] = fd
+        self.flags[d] = self._root_flags(fd)
+        self.next_ino[d] = self._probe(fd) + 1
 
 
 class _Capture:
