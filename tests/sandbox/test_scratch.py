@@ -203,3 +203,26 @@ async def test_the_judge_sees_none_of_the_program_s_files(sb: Sandbox) -> None:
     r = await sb.run_tests(program, [test, test], limits=LIMITS)
     assert [t.passed for t in r.tests] == [True, True], [(t.verdict, t.detail) for t in r.tests]
     assert await _look(sb) == CLEAN
+
+
+async def test_renames_and_links_replace_the_folder(sb: Sandbox) -> None:
+    # names made and removed again make no inode, but take directory positions that the
+    # next run would read (getdents): the folder is replaced, so its numbers start over
+    for _ in range(3):  # inode numbers well above a fresh tmpfs's first ones
+        r = await sb.run_python("open('/tmp/a', 'w'); open('/tmp/b', 'w'); print('ok')")
+        assert r.verdict == Verdict.OK, (r.reason, r.stderr[-300:])
+    before = await _inodes(sb)
+    code = dedent("""
+        import os
+        open('/tmp/a', 'w').close()
+        for _ in range(200):
+            os.rename('/tmp/a', '/tmp/b')
+            os.rename('/tmp/b', '/tmp/a')
+        os.link('/tmp/a', '/tmp/c')
+        os.unlink('/tmp/c')
+        print('ok')
+    """)
+    r = await sb.run_python(code, limits=LIMITS)
+    assert r.verdict == Verdict.OK, (r.reason, r.stderr[-300:])
+    after = await _inodes(sb)
+    assert after[1] < before[1], (before, after)

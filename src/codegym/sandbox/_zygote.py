@@ -75,6 +75,7 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_PARENT = 0x00008000
 SYS_CAPSET = 126
+SYS_GETDENTS64 = 217
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
@@ -940,11 +941,13 @@ class Scratch:
     - the root's times are set to now, so none of the program's values carry over;
     - the tmpfs is replaced whole if the run left a folder, more than ``MAX_FILES``
       files, a root whose mode, owner, flags or extended attributes (ACLs among them) it
-      changed, or created files it removed again (the inode counter would tell the next
-      run how many), or if anything in the check fails.
+      changed, or made names it removed again (files, renames, links: the inode counter
+      and the directory positions ``getdents`` reports would tell the next run how
+      many), or if anything in the check fails.
 
-    What a later run can still learn: whether the tmpfs was replaced (its inode numbers
-    and mount ids), the time of the reset, and the mount ids' global counter (as before).
+    What a later run can still learn from the inode numbers and positions: whether the
+    tmpfs was replaced, and if not, how many files the last run left (0 to 64 a folder);
+    and the time of the reset.
     A new size (the run's ``disk_mb``) replaces all three.
     """
 
@@ -955,7 +958,7 @@ class Scratch:
         self.dirs, self.inodes = dirs, inodes
         self.mb: int | None = None
         self.fds: dict[str, int] = {}
-        self.next_ino: dict[str, int] = {}  # the inode number the next new file gets
+        self.last: dict[str, tuple[int, int]] = {}  # the last probe's inode and position
         self.flags: dict[str, bytes] = {}  # the fresh root's inode flags
 
     def size(self, disk_mb: int) -> None:
@@ -970,7 +973,7 @@ class Scratch:
         assert self.mb is not None
         for d in self.dirs:
             try:
-                fresh = self._emptied(d)
+                fresh = d in self.fds and self._emptied(d)  # (not after a failed mount)
             except OSError:
                 fresh = False  # whatever made the check fail goes with the tmpfs
             if not fresh:
@@ -1006,6 +1009,7 @@ class Scratch:
         if os.listxattr(fd) or self._root_flags(fd) != self.flags[d]:
             return False
         names, inodes = [], set()
+        os.lseek(fd, 0, os.SEEK_SET)  # scandir reads on from where this fd's listing is
         with os.scandir(fd) as it:
             for entry in it:
                 if entry.is_dir(follow_symlinks=False) or len(names) == self.MAX_FILES:
@@ -1014,23 +1018,45 @@ class Scratch:
                 inodes.add(entry.inode())
         for name in names:
             os.unlink(name, dir_fd=fd)
-        # every inode the run made is one of those it left (tmpfs numbers them in order)
-        if self._probe(fd) != self.next_ino[d] + len(inodes):
+        # every inode and every name the run made is one it left: tmpfs numbers both in
+        # order (inodes, and the directory positions getdents reports), so files made and
+        # removed again, renames and links would tell the next run how many
+        ino, pos = self._probe(fd)
+        last_ino, last_pos = self.last[d]
+        if (ino - last_ino, pos - last_pos) != (len(inodes) + 1, len(names) + 1):
             return False
         os.utime(fd)
-        self.next_ino[d] += len(inodes) + 1
+        self.last[d] = (ino, pos)
         return True
 
     def _root_flags(self, fd: int) -> bytes:
         return fcntl.ioctl(fd, self.FS_IOC_GETFLAGS, b"\0" * 8)
 
     @staticmethod
-    def _probe(fd: int) -> int:
-        """The inode number a new file in the folder gets now (the file is removed)."""
-        name = ".codegym-probe"
+    def _probe(fd: int) -> tuple[int, int]:
+        """The inode number and directory position a new file in the (otherwise empty)
+        folder gets now; the file is removed again."""
+        name = b".codegym-probe"
         f = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=fd)
         try:
-            return os.fstat(f).st_ino
+            ino = os.fstat(f).st_ino
+            os.lseek(fd, 0, os.SEEK_SET)
+            buf = ctypes.create_string_buffer(4096)
+            n = _libc.syscall(SYS_GETDENTS64, fd, buf, len(buf))
+            if n < 0:
+                _check(-1, "getdents64")
+            # struct linux_dirent64 (ino, off, reclen, type, name); an entry's ``off`` is
+            # where the next one is, so the probe's position is its predecessor's ``off``
+            data, at, pos, before = buf.raw[:n], 0, -1, -1
+            while at < n:
+                _, off, reclen = struct.unpack_from("<QqH", data, at)
+                if data[at + 19 : at + reclen].split(b"\0", 1)[0] == name:
+                    pos = before
+                before = off
+                at += reclen
+            if pos < 0:
+                raise OSError("the probe file is not in its folder's listing")
+            return ino, pos
         finally:
             os.close(f)
             os.unlink(name, dir_fd=fd)
@@ -1047,7 +1073,7 @@ class Scratch:
         fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.fds[d] = fd
         self.flags[d] = self._root_flags(fd)
-        self.next_ino[d] = self._probe(fd) + 1
+        self.last[d] = self._probe(fd)
 
 
 class _Capture:
