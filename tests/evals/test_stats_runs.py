@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +127,38 @@ def test_estimate_refuses_all_infra_run() -> None:
     run = Run.from_rows([{"task_id": "a", "outcome": "infra"}] * 3, name="allinfra")
     with pytest.raises(RunError, match=r"allinfra: no scored samples.*infra=3"):
         estimate(run)
+
+
+@pytest.mark.parametrize("method", ["wilson", "beta"])
+def test_intervals_match_statsmodels(method: str) -> None:
+    from statsmodels.stats.proportion import proportion_confint
+
+    for n in (1, 2, 7, 40, 1000):
+        for c in sorted({0, 1, n // 3, n // 2, n - 1, n}):
+            want = proportion_confint(c, n, alpha=0.05, method=method)
+            assert proportion_interval(c, n, 0.05, method) == pytest.approx(want, abs=1e-12)
+    run = Run.from_counts(["a", "b", "c"], [5, 5, 1], [0, 3, 1])
+    lo, hi = task_intervals(run, 0.1, method)
+    want_lo, want_hi = proportion_confint(run.c, run.n, alpha=0.1, method=method)
+    assert lo == pytest.approx(want_lo, abs=1e-12) and hi == pytest.approx(want_hi, abs=1e-12)
+    with pytest.raises(RunError, match="'wilson' or 'beta'"):
+        proportion_interval(1, 2, method="agresti")
+
+
+def test_a_summary_does_not_import_statsmodels() -> None:
+    # The interval after a pass@1 run is on every `codegym score`'s path: statsmodels'
+    # import (~1 s) must not be.
+    code = (
+        "import sys\n"
+        "from codegym.evals.runs import Run\n"
+        "from codegym.evals.stats import estimate\n"
+        "ids = [f't{i}' for i in range(20)]\n"
+        "estimate(Run.from_counts(ids, [1] * 20, [1] * 15 + [0] * 5))\n"
+        "estimate(Run.from_counts(['a'], [3], [2]))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'statsmodels'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_wilson_interval_covers_at_small_n() -> None:

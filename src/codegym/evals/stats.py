@@ -8,7 +8,8 @@ tasks, or over clusters of tasks when tasks share a ``cluster`` label (cluster-r
 freedom. With one sample per task and no clusters the suite score is a plain proportion and gets
 a Wilson interval; a single task gets an exact (Clopper-Pearson) interval and a warning.
 
-Distributions come from scipy/statsmodels; nothing here hand-rolls one.
+Distributions come from scipy (``scipy.special``'s quantiles, so that no summary pays
+scipy.stats' or statsmodels' import); nothing here hand-rolls one.
 """
 
 from __future__ import annotations
@@ -137,9 +138,7 @@ def proportion_interval(
     _check_alpha(alpha)
     if n <= 0:
         return (0.0, 1.0)
-    from statsmodels.stats.proportion import proportion_confint  # ~1 s to import: when used
-
-    lo, hi = proportion_confint(successes, n, alpha=alpha, method=method)
+    lo, hi = _binomial_interval(np.asarray(successes), np.asarray(n), alpha, method)
     return (float(lo), float(hi))
 
 
@@ -147,11 +146,29 @@ def task_intervals(
     run: Run, alpha: float = 0.05, method: str = "wilson"
 ) -> tuple[FloatArray, FloatArray]:
     """Per-task pass-rate intervals (arrays aligned with ``run.task_ids``)."""
-    from statsmodels.stats.proportion import proportion_confint
-
     _check_alpha(alpha)
-    lo, hi = proportion_confint(run.c, run.n, alpha=alpha, method=method)
-    return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    return _binomial_interval(run.c, run.n, alpha, method)
+
+
+def _binomial_interval(
+    c: npt.ArrayLike, n: npt.ArrayLike, alpha: float, method: str
+) -> tuple[FloatArray, FloatArray]:
+    # statsmodels' proportion_confint gives the same figures (the tests compare them), but
+    # importing it costs ~1 s, which every pass@1 summary paid after its last run; the
+    # quantiles here come from scipy.special, already loaded for the t interval.
+    c, n = np.asarray(c, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    if method == "wilson":
+        z = float(special.ndtri(1 - alpha / 2))
+        p, z2 = c / n, z * z
+        centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+        half = z / (1 + z2 / n) * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+        return centre - half, centre + half
+    if method == "beta":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lo = np.where(c > 0, special.betaincinv(c, n - c + 1, alpha / 2), 0.0)
+            hi = np.where(c < n, special.betaincinv(c + 1, n - c, 1 - alpha / 2), 1.0)
+        return lo, hi
+    raise RunError(f"interval method must be 'wilson' or 'beta', got {method!r}")
 
 
 def _check_alpha(alpha: float) -> None:
