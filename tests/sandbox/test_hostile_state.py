@@ -575,3 +575,44 @@ async def test_the_next_run_finds_nothing_of_an_earlier_one_in_its_memory(sb: Sa
         r = await sb.run_python(HEAP_SPY.replace("{digest}", digest), limits=LIMITS)
         assert (r.verdict, r.stdout) == (Verdict.OK, "0\n"), (r.stdout, r.stderr[-300:])
     await _aftermath(sb, snap)
+
+
+# The run slot's cgroup files: its CPU and OOM-kill totals count every run the slot ever
+# had, so a run that reads them learns what the runs before it did (burn CPU here, read
+# the total there). No run may open them or hold an fd to them, whatever the mode.
+SLOT_SPY = r"""
+import os
+def spy():
+    found = []
+    if os.path.isdir("/run/cg"):
+        found += ["/run/cg/" + n for n in os.listdir("/run/cg")]
+    for name in ("cpu_ns", "oom", "cpu_stat", "0", "1", "2"):
+        try:
+            open("/run/cg/" + name).close()
+            found.append("opened /run/cg/" + name)
+        except OSError:
+            pass
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink("/proc/self/fd/" + fd)
+        except OSError:
+            continue
+        if any(s in target for s in ("/run/cg", "cgroup", "cpuacct", "memory.")):
+            found.append(fd + " -> " + target)
+    return found
+"""
+
+
+async def test_no_run_reaches_the_slot_s_counters(sb: Sandbox) -> None:
+    snap = _snapshot(sb)
+    r = await sb.run_python(SLOT_SPY + "print(spy())", limits=LIMITS)
+    assert (r.verdict, r.stdout) == (Verdict.OK, "[]\n"), (r.stdout, r.stderr[-300:])
+    r = await sb.run(["/usr/bin/python3", "-S", "-c", SLOT_SPY + "print(spy())"], limits=LIMITS)
+    assert (r.verdict, r.stdout) == (Verdict.OK, "[]\n"), (r.stdout, r.stderr[-300:])
+    r = await sb.run_tests(
+        SLOT_SPY + "print('clean' if not spy() else spy())", [IOTest("", "clean")], limits=LIMITS
+    )
+    assert r.tests[0].passed, r.tests[0].detail
+    r = await sb.run_tests(SLOT_SPY, [AssertTest("assert spy() == []", program=("spy",))])
+    assert r.tests[0].passed, r.tests[0].detail
+    await _aftermath(sb, snap)

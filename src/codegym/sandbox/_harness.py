@@ -37,7 +37,6 @@ RESULT_FD = 3  # results of stdio cases, and the signed death mark of pid 1
 MARK_FD = RESULT_FD
 # fd 4: set-up done ("R"), or the upload that failed ("F..."); E closes it before the program
 CALL_FD = 6  # serve mode: the socket to the assert test's judge
-COUNTERS: dict | None = None  # the run slot's cgroup counter files, set by the zygote
 _TAG_HEX = 32  # 128 bits of HMAC-SHA256: unforgeable without the key, short on the wire
 _HEX = re.compile(rb"[0-9a-f]{%d}" % _TAG_HEX)
 # a genuine SIGXCPU lands at the rlimit by the kernel's tick-sampled clock, which on a

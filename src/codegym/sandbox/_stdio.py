@@ -15,6 +15,7 @@ is killed (``kill(-1)`` from pid 1) and reaped before the next case starts.
 from __future__ import annotations
 
 import decimal
+import fcntl
 import math
 import os
 import resource
@@ -36,7 +37,7 @@ def run_cases(channel, req: dict, blobs: list[bytes]) -> None:  # type: ignore[n
             signal.signal(sig, signal.SIG_DFL)
     lim = req["limits"]
     tests = req["tests"]
-    meter = Meter(_harness.COUNTERS)
+    meter = Meter({name: COUNTER_FD + i for i, name in enumerate(COUNTERS)})
     code_obj = None
     if req["mode"] == "python":
         try:
@@ -116,16 +117,33 @@ def _python(code_obj) -> int:  # type: ignore[no-untyped-def]
     return rc
 
 
-class Meter:
-    """CPU seconds and OOM kills of the run's cgroup slot, or E's reaped children."""
+COUNTER_FD = 7  # E's copies of the slot's counters, from here up (set by the zygote)
+COUNTERS: tuple[str, ...] = ()  # their names, in that order; empty: no cgroup slot
 
-    def __init__(self, counters: dict | None) -> None:
-        self.fds: dict[str, int] = {}
-        for name, path in (counters or {}).items():
-            try:
-                self.fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                pass
+
+def open_counters(paths: dict[str, str], low: int) -> dict[str, int]:
+    """Open the slot's counter files once, at fds >= ``low`` (out of the way of the fixed
+    numbers a run's fds are moved to); a file that cannot be opened is left out."""
+    fds = {}
+    for name, path in paths.items():
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        fds[name] = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, low)
+        os.close(fd)
+    return fds
+
+
+class Meter:
+    """CPU seconds and OOM kills of the run's cgroup slot, or E's reaped children.
+
+    ``fds``: the counters by name, already open. No run can open them: the zygote opened
+    them before it covered their folder, since a counter of every run a slot ever had is
+    a channel from one run to the next (burn CPU here, read the total there)."""
+
+    def __init__(self, fds: dict[str, int]) -> None:
+        self.fds = fds
 
     def read(self) -> tuple[float, int]:
         """(CPU seconds, OOM kills) so far; only differences mean anything."""

@@ -93,6 +93,7 @@ WS_LAYERS, WS_RUN, WS_KEEP = f"{WS_DIR}/layers", f"{WS_DIR}/run", f"{WS_DIR}/kee
 MNT_DETACH, MS_REMOUNT = 2, 32
 KEEP_SPARE_INODES = 1024  # lent to a full kept workspace, in all, so its runs still mount
 E_ENDS = ("out_w", "err_w", "result_w", "ready_w", "req_r", "call")
+COUNTER_FDS_LOW = 32  # where the zygote keeps the slot's counters (see _stdio.open_counters)
 
 
 class _SockFprog(ctypes.Structure):
@@ -229,8 +230,10 @@ class Zygote:
         self.ws = config.get("workspaces")  # {"root": ...} when runs may use images
         # plain runs share this zygote's mount namespace and scratch (see Scratch)
         self.scratch: Scratch | None = None
+        self.own_mounts = False  # a mount namespace of this zygote's own (where it may mount)
         if self.namespaces and config.get("shared_mounts") and not (self.session or self.ws):
             _check(_libc.unshare(CLONE_NEWNS), "unshare")
+            self.own_mounts = True
             if _private_mounts():
                 dirs = (self.workdir, "/tmp", "/dev/shm")
                 self.scratch = Scratch(dirs, bool(config.get("tmpfs_inodes")))
@@ -238,6 +241,7 @@ class Zygote:
             # a mount namespace of our own: bwrap's is owned by a user namespace we lack
             # CAP_SYS_ADMIN in, so mounting there is refused
             _check(_libc.unshare(CLONE_NEWNS), "unshare")
+            self.own_mounts = True
             if self.session:
                 size = f"size={int(config['session_disk_mb'])}m,mode=0700".encode()
                 _mount(b"tmpfs", self.workdir.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
@@ -252,10 +256,13 @@ class Zygote:
 
         self.harness, self.judge, self.stdio = _harness, _judge, _stdio
         del _serve  # imported here so a run finds it without the zygote's directory
-        _harness.COUNTERS = config.get("counters")
         _stdio._NS = self.namespaces
-        # per-test CPU of assert tests: the slot's counter; without one, E's rusage
-        self.meter = _stdio.Meter(config["counters"]) if config.get("counters") else None
+        # per-test CPU: the slot's counters (without them, E's rusage), open here for good
+        counters = config.get("counters") or {}
+        self.counter_fds = _stdio.open_counters(counters, COUNTER_FDS_LOW)
+        _stdio.COUNTERS = tuple(self.counter_fds)
+        self.meter = _stdio.Meter(self.counter_fds) if counters else None
+        self._cover([*config.get("cgroup_procs", []), *counters.values()])
         # a program's sys.path should not lead to the harness's files
         here = os.path.dirname(os.path.abspath(__file__))
         sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
@@ -266,6 +273,17 @@ class Zygote:
         atexit._clear()  # exit hooks of preloaded modules belong to the zygote, not to runs
         gc.collect()
         gc.freeze()  # children never walk (and so never copy) the zygote's objects
+
+    def _cover(self, paths: list[str]) -> None:
+        """Put the folders of the slot's files out of every run's sight, once their fds
+        are open: a run that can read the slot's counters learns what the runs before it
+        did (the CPU total is a channel from one run to the next, the OOM count another),
+        and its cgroup.procs is none of its business either."""
+        if not paths or not self.own_mounts:
+            return
+        flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+        for folder in sorted({os.path.dirname(p) for p in paths}):
+            _mount(b"tmpfs", folder.encode(), b"tmpfs", flags, b"size=4k,mode=0555")
 
     # -- the child side -------------------------------------------------
 
@@ -340,7 +358,9 @@ class Zygote:
             os.dup2(fds["ready_w"], 4)
             os.dup2(fds["req_r"], 5)
             os.dup2(fds["call"], 6)
-            os.closerange(7, 65536)
+            for i, fd in enumerate(self.counter_fds.values()):  # a stdio batch's meter
+                os.dup2(fd, self.stdio.COUNTER_FD + i)
+            os.closerange(self.stdio.COUNTER_FD + len(self.counter_fds), 65536)
             _move(os.memfd_create("stdin"), 0)
             self.drop_privileges()
             self.harness.standby()
@@ -353,6 +373,8 @@ class Zygote:
                 site.addsitedir(req["site"])
             if req.get("mode") != "serve":
                 os.close(6)
+            if not req.get("tests"):  # only a stdio batch's supervisor reads the counters
+                os.closerange(self.stdio.COUNTER_FD, self.stdio.COUNTER_FD + len(self.counter_fds))
             if req.get("stdin") is not None:
                 os.write(0, blobs[req["stdin"]])
                 os.lseek(0, 0, 0)
