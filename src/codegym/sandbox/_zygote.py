@@ -315,19 +315,11 @@ class Zygote:
             disk_mb, ws = _parse_shape(shape)
             full = ""
             if self.scratch is not None:
-                # the zygote's namespace, its scratch emptied for this run: a /proc of
-                # this run's own pid namespace, over the jail's (the last run's goes)
+                # the zygote's namespace, its scratch emptied for this run: the /proc
+                # mounted below goes over the jail's (the last run's goes)
                 Scratch.take_down_proc()
-                _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-                _mount(b"/dev/null", b"/proc/cmdline", None, MS_BIND, None)
-                die = self.harness.death_handler(channel)
-                for sig in self.harness.FATAL_BY_DEFAULT:
-                    signal.signal(sig, die)
             elif self.namespaces:
-                # inodes bounded too where the kernel takes it (not gVisor's tmpfs):
-                # tearing down millions of empty files took seconds
-                inodes = f",nr_inodes={disk_mb * 1024}" if self.cfg.get("tmpfs_inodes") else ""
-                size = f"size={disk_mb}m{inodes},mode=1777".encode()
+                size = _tmpfs_opts(disk_mb, bool(self.cfg.get("tmpfs_inodes")))
                 fresh = [b"/tmp", b"/dev/shm"]
                 if not self.session and ws is None:
                     fresh.append(self.workdir.encode())
@@ -339,8 +331,10 @@ class Zygote:
                     _libc.umount2(WS_KEEP.encode(), MNT_DETACH)
                     hide = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
                     _mount(b"tmpfs", WS_DIR.encode(), b"tmpfs", hide, b"size=4k,mode=0")
+            if self.namespaces:
+                # a /proc of this run's own pid namespace; the host's kernel command line
+                # is none of the program's business
                 _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-                # the host's kernel command line is none of the program's business
                 _mount(b"/dev/null", b"/proc/cmdline", None, MS_BIND, None)
                 die = self.harness.death_handler(channel)
                 for sig in self.harness.FATAL_BY_DEFAULT:
@@ -458,10 +452,8 @@ class Zygote:
         if self.ready is not None and (_parse_shape(self.ready.shape)[1] or {}).get("keep") == wid:
             self.discard()  # a prepared run holds the workspace mounted
         if op == "ws_open":
-            mb = int(req["disk_mb"])
-            inodes = f",nr_inodes={mb * 1024}" if self.cfg.get("tmpfs_inodes") else ""
+            opts = _tmpfs_opts(int(req["disk_mb"]), bool(self.cfg.get("tmpfs_inodes")), "0700")
             os.mkdir(path, 0o700)
-            opts = f"size={mb}m{inodes},mode=0700".encode()
             _mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts)
             os.mkdir(f"{path}/u", 0o755)
             os.mkdir(f"{path}/w", 0o700)
@@ -1087,10 +1079,7 @@ class Scratch:
         if d in self.fds:
             os.close(self.fds.pop(d))
             _check(_libc.umount2(d.encode(), MNT_DETACH), f"unmount {d}")
-        # inodes bounded too where the kernel takes it: tearing down millions of empty
-        # files took seconds
-        inodes = f",nr_inodes={disk_mb * 1024}" if self.inodes else ""
-        size = f"size={disk_mb}m{inodes},mode=1777".encode()
+        size = _tmpfs_opts(disk_mb, self.inodes)
         _mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size)
         fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.fds[d] = fd
@@ -1300,6 +1289,13 @@ def _killpg(pid: int) -> None:
 
 def _mount(src: bytes, dst: bytes, fstype: bytes, flags: int, data: bytes | None) -> None:
     _check(_libc.mount(src, dst, fstype, flags, data), f"mount {dst.decode()}")
+
+
+def _tmpfs_opts(disk_mb: int, inodes: bool, mode: str = "1777") -> bytes:
+    """A tmpfs of ``disk_mb``; with ``inodes``, its inodes bounded too (where the kernel
+    takes it, not gVisor's tmpfs): tearing down millions of empty files took seconds."""
+    bound = f",nr_inodes={disk_mb * 1024}" if inodes else ""
+    return f"size={disk_mb}m{bound},mode={mode}".encode()
 
 
 def _shape(req: dict) -> str:
