@@ -8,6 +8,7 @@ program do (write the image, see a neighbour, leave state for the next copy).
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ import pytest_asyncio
 from codegym.sandbox import (
     AssertTest,
     HostUnsupported,
+    IOTest,
     Limits,
     Sandbox,
     SandboxClosed,
@@ -373,3 +375,36 @@ async def test_a_plain_run_in_a_workspace_pool_sees_no_kept_workspace(sb: Sandbo
     async with await sb.workspace(image) as ws:
         r = await sb.run(["cat", "/proc/self/mountinfo"], limits=LIM)
         assert r.verdict is Verdict.OK and f"/.ws/keep/{ws.id}" not in r.stdout, r.stdout
+
+
+# A .pth file in the workspace's site-packages, planted by an earlier run of a kept
+# workspace: site runs it, so it must run only where the program's own code does, locked
+# down (set-up mark, counters, the judge's socket closed) and never in the process that
+# supervises a stdio batch, which holds that batch's signing key.
+PLANT_PTH = r"""
+import glob, os
+site = glob.glob("/work/.venv/lib/python3*/site-packages")[0]
+spy = (  # the fds it holds, but the .pth file being read and the listing's own
+    "import os; fds = [int(f) for f in os.listdir('/proc/self/fd')]; "
+    "links = [os.readlink(f'/proc/self/fd/{f}') if os.path.exists(f'/proc/self/fd/{f}') "
+    "else '' for f in fds]; "
+    "fds = sorted(f for f, t in zip(fds, links) if t and not t.endswith('.pth')); "
+    "os.environ['PTH_RAN'] = repr((os.getpid(), fds))\n"
+)
+open(os.path.join(site, "zz_spy.pth"), "w").write(spy)
+"""
+
+
+async def test_a_planted_pth_runs_only_as_the_program(sb: Sandbox, image: Image):
+    async with await sb.workspace(image) as ws:
+        assert (await ws.run_python(PLANT_PTH, limits=LIM)).verdict is Verdict.OK
+        r = await ws.run_python("import os; print(os.environ.get('PTH_RAN'))", limits=LIM)
+        pid, fds = ast.literal_eval(r.stdout)
+        assert pid == 1 and set(fds) <= {0, 1, 2, 3}, r.stdout  # the program's process
+        probe = "import os; print(os.environ.get('PTH_RAN'))"
+        r = await ws.run_tests(probe, [IOTest("", "x")], limits=LIM)
+        seen = r.tests[0].detail
+        assert "None" not in seen and "(1," not in seen, seen  # ran in the case, not pid 1
+        r = await ws.run_tests("print('wrong')", [IOTest("", "x")], limits=LIM)
+        assert r.verdict is Verdict.OK and r.tests[0].verdict is Verdict.OK, r.tests
+        assert not r.tests[0].passed

@@ -424,6 +424,19 @@ def compile_program(blobs: list[bytes], req: dict) -> tuple[object, str]:
     return compile(src, path, "exec"), path
 
 
+def enter_site(req: dict) -> None:
+    """A workspace image's environment, for a program run in-process: the workspace's root
+    first on ``sys.path`` (as for a script there) and the image's site-packages, ``.pth``
+    files included. Only ever in the program's own process, once it is locked down: a
+    ``.pth`` file is code, and a kept workspace's earlier runs may have written it (in
+    the process that supervises a stdio batch it could sign that batch's results)."""
+    if req.get("site"):
+        import site
+
+        sys.path.insert(0, os.getcwd())
+        site.addsitedir(req["site"])
+
+
 def run(req: dict, blobs: list[bytes], channel: Channel) -> int:
     """Run the request in this process (E, pid 1 of the run's namespace).
 
@@ -454,6 +467,7 @@ def run(req: dict, blobs: list[bytes], channel: Channel) -> int:
         # the program starts when the judge first asks for it (or ends): what the judge
         # does before, such as timing a task's reference, has no program running beside it
         select.select([CALL_FD], [], [])
+    enter_site(req)
     rc, g, exited = exec_main(code_obj, path)
     if mode == "serve" and rc == 0 and not exited:
         import _serve  # imported by the zygote; the program may have replaced it: its loss

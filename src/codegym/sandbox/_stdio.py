@@ -60,7 +60,7 @@ def run_cases(channel, req: dict, blobs: list[bytes]) -> None:  # type: ignore[n
             _tidy(cwd, before)
         stdin = blobs[t["stdin"]]
         if code_obj is not None:
-            fn = lambda: _python(code_obj)  # noqa: E731
+            fn = lambda: _python(code_obj, req)  # noqa: E731
         else:
             fn = lambda: os.execvpe(argv[0], argv, dict(os.environ))  # noqa: E731
         res, out = _case(meter, fn, lim, stdin)
@@ -109,9 +109,10 @@ def _exec_merged(argv: list) -> int:
     return 127
 
 
-def _python(code_obj) -> int:  # type: ignore[no-untyped-def]
+def _python(code_obj, req: dict) -> int:  # type: ignore[no-untyped-def]
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _harness._std_streams()
+    _harness.enter_site(req)  # here in the case, never in the supervisor
     rc, _, _ = _harness.exec_main(code_obj, os.path.join(os.getcwd(), "main.py"))
     _harness.finish(rc)
     return rc

@@ -360,11 +360,6 @@ class Zygote:
             self.harness.standby()
             with os.fdopen(5, "rb") as inp:
                 req, blobs = read_frame(inp)  # blocks until the zygote hands over a run
-            if req.get("site"):  # the image's environment, for programs run in-process
-                import site
-
-                sys.path.insert(0, os.getcwd())  # the workspace's root, as for a script there
-                site.addsitedir(req["site"])
             if req.get("mode") != "serve":
                 os.close(6)
             if not req.get("tests"):  # only a stdio batch's supervisor reads the counters
