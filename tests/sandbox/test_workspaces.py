@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import dataclasses
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
@@ -408,3 +409,32 @@ async def test_a_planted_pth_runs_only_as_the_program(sb: Sandbox, image: Image)
         r = await ws.run_tests("print('wrong')", [IOTest("", "x")], limits=LIM)
         assert r.verdict is Verdict.OK and r.tests[0].verdict is Verdict.OK, r.tests
         assert not r.tests[0].passed
+
+
+# The same .pth, frozen into an image: the judge of an assert test in a copy of it reads
+# the image's packages from its layers, but only from those an image build made; had it
+# read the frozen one, this .pth would make every test pass.
+FORGE_PTH = r"""
+import glob, os
+site = glob.glob("/work/.venv/lib/python3*/site-packages")[0]
+open(os.path.join(site, "zz_forge.pth"), "w").write(
+    "import sys; m = sys.modules.get('_judge'); r = m and m.run; "
+    "m and setattr(m, 'run', lambda *a, r=r, **k: {**r(*a, **k), 'passed': True, "
+    "'verdict': 'ok', 'detail': ''})\n"
+)
+"""
+
+
+async def test_a_frozen_layer_never_reaches_the_judge(
+    sb: Sandbox, image: Image, tiny_image: tuple[ImageStore, Image]
+):
+    async with await sb.workspace(image) as ws:
+        assert (await ws.run_python(FORGE_PTH, limits=LIM)).verdict is Verdict.OK
+        frozen = await ws.freeze()
+    assert frozen.built_layers == len(image.layers) == tiny_image[0].get(frozen.digest).built
+    wrong = [AssertTest("assert f(1) == 1", program=("f",))]
+    r = await sb.run_tests("def f(x):\n    return 0\n", wrong, workspace=frozen, limits=LIM)
+    assert not r.tests[0].passed and "AssertionError" in r.tests[0].detail, r.tests
+    # a frozen image from a store that did not record its built layers trusts none
+    old = dataclasses.replace(frozen, built=None)
+    assert old.built_layers == 0 and dataclasses.replace(image, built=None).built_layers > 0

@@ -810,15 +810,19 @@ class Zygote:
 
     def _judge_site(self, req: dict) -> tuple[str, ...]:
         """Where the judge finds the packages of a run's image: its site-packages folder
-        in each read-only layer (never the run's upper, which the program writes), so a
-        test's own ``import numpy`` works where its program's does."""
+        in each layer an image build made (never the run's upper or a frozen workspace's
+        layer, which programs wrote), so a test's own ``import numpy`` works where its
+        program's does."""
         ws, site = req.get("workspace"), req.get("site")
         if not ws or not site or not self.ws:
             return ()
         rel = os.path.relpath(site, self.workdir)
         if rel.startswith(".."):
             return ()
-        found = (f"{WS_LAYERS}/{h}/{rel}" for h in ws["layers"])
+        # only layers an image build made: a frozen one holds what programs wrote (a .pth
+        # there would run here, in the process that decides the test)
+        built = ws["layers"][: int(ws.get("built") or 0)]
+        found = (f"{WS_LAYERS}/{h}/{rel}" for h in built)
         return tuple(d for d in found if os.path.isdir(d))
 
     def _hand_to_judge(self, judge: dict, call: int) -> int:

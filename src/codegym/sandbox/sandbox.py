@@ -391,7 +391,8 @@ class Sandbox:
         else:
             img, keep = self._image(where), None
         hexes = [d.removeprefix("sha256:") for d in img.layers]
-        req["workspace"] = {"layers": hexes, "keep": keep}
+        # "built": the judge imports only from these bottom layers, never a frozen one
+        req["workspace"] = {"layers": hexes, "keep": keep, "built": img.built_layers}
         if isinstance(where, Workspace):
             req["workspace"]["inodes"] = where.disk_mb * 1024  # its tmpfs's quota
         req["env"] = {**img.env, "HOME": "/tmp"}

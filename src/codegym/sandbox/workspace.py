@@ -201,6 +201,7 @@ class Workspace:
                 parent=self.image.digest,
                 created=time.time(),
                 spec=self.image.spec,
+                built=self.image.built_layers,  # the new layer is the programs' work
             )
             return store.add(img, tag=name is not None)
 

@@ -54,10 +54,22 @@ class Image:
     """The image this one was frozen from, if any."""
     created: float = 0.0
     spec: dict[str, Any] = field(default_factory=dict)
+    built: int | None = None
+    """How many bottom layers an image build made (None: all of them); see built_layers."""
 
     @property
     def ref(self) -> str:
         return self.digest
+
+    @property
+    def built_layers(self) -> int:
+        """How many of the bottom layers an image build made. The layers above them are
+        frozen workspace states, files programs wrote, which trusted code (an assert
+        test's judge) must never import or run. A frozen image from a store written before
+        this was recorded counts none as built."""
+        if self.built is not None:
+            return self.built
+        return 0 if self.parent is not None else len(self.layers)
 
     def manifest(self) -> dict[str, Any]:
         return {
@@ -69,6 +81,7 @@ class Image:
             "parent": self.parent,
             "created": self.created,
             "spec": self.spec,
+            **({"built": self.built} if self.built is not None else {}),
         }
 
 
@@ -289,4 +302,5 @@ def _from_manifest(m: dict[str, Any]) -> Image:
         parent=m.get("parent"),
         created=float(m.get("created") or 0.0),
         spec=dict(m.get("spec") or {}),
+        built=int(m["built"]) if m.get("built") is not None else None,
     )
