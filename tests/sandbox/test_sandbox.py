@@ -242,3 +242,17 @@ async def test_a_named_interpreter_that_is_missing_is_refused(how, monkeypatch) 
     with pytest.raises(sandbox_pkg.HostUnsupported, match=r"nonexistent/bin/python3\.11"):
         await sb.start()
     await sb.close()
+
+
+async def test_a_batch_s_outputs_may_add_up_past_what_one_result_holds(sandbox: Sandbox) -> None:
+    # Six cases of ~900 KB each, and one of 700 KB of non-ASCII bytes: every case is
+    # under its own output cap, so a correct program passes them all (the zygote once kept
+    # 4 MB of a batch's results, cut the last line, and read the batch as forged).
+    big = "import sys\nn = int(sys.stdin.read())\nsys.stdout.write('1234567 ' * (n // 8))\n"
+    n = 900_000
+    lim = Limits(cpu_s=5, memory_mb=512, output_bytes=1 << 20)
+    r = await sandbox.run_tests(big, [IOTest(str(n), "1234567 " * (n // 8))] * 6, limits=lim)
+    assert [t.passed for t in r.tests] == [True] * 6, [t.detail[:80] for t in r.tests]
+    high = "import sys\nsys.stdout.buffer.write(bytes([255]) * 700_000)\n"
+    r = await sandbox.run_tests(high, [IOTest("", b"\xff" * 700_000)] * 2, limits=lim)
+    assert [t.passed for t in r.tests] == [True, True], [t.detail[:80] for t in r.tests]

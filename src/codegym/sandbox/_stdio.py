@@ -14,6 +14,7 @@ is killed (``kill(-1)`` from pid 1) and reaped before the next case starts.
 
 from __future__ import annotations
 
+import base64
 import decimal
 import fcntl
 import math
@@ -26,6 +27,9 @@ import time
 import _harness
 
 _OUT_CAP = 1 << 20
+# one case's signed result line at most: its output in base64 (not JSON-escaped latin-1,
+# up to 6 bytes a byte) and the rest; the zygote sizes a batch's result buffer by it
+RESULT_MAX = _OUT_CAP * 4 // 3 + (1 << 16)
 _NS = True  # the zygote sets False for the process tier (no namespace: E is not pid 1)
 
 
@@ -65,7 +69,7 @@ def run_cases(channel, req: dict, blobs: list[bytes]) -> None:  # type: ignore[n
             fn = lambda: os.execvpe(argv[0], argv, dict(os.environ))  # noqa: E731
         res, out = _case(meter, fn, lim, stdin)
         if res["verdict"] == "ok":
-            res["out"] = out.decode("latin-1")  # compared by the zygote, outside the run
+            res["out"] = base64.b64encode(out).decode()  # compared by the zygote
         channel.report({"i": i, **res})
 
 
@@ -353,7 +357,7 @@ def report_for(result: dict, test: dict, expected: bytes) -> dict:
     out = result.pop("out", None)
     if result.get("verdict") != "ok" or out is None:
         return result
-    actual = out.encode("latin-1")
+    actual = base64.b64decode(out, validate=True)
     passed = compare(actual, expected, test.get("compare", "exact"), test.get("tolerance", 1e-6))
     return {
         **result,

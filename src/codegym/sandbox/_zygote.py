@@ -626,7 +626,10 @@ class Zygote:
         elif not raw:
             raw = frame_bytes(req, blobs)
         cap = _Capture(req["limits"]["output_bytes"])
-        obs = self._drive(raw, req["limits"], req["wall_s"], cap)
+        # a stdio batch's results carry every case's output: room for all of them (a cut
+        # line would read as forged, and fail a correct program's whole batch)
+        room = (1 << 22) + len(tests) * self.stdio.RESULT_MAX
+        obs = self._drive(raw, req["limits"], req["wall_s"], cap, results_max=room)
         header = obs.header()
         if tests and header.get("tests") is not None:
             by_index = {r.get("i"): r for r in header["tests"]}
@@ -646,7 +649,13 @@ class Zygote:
             return {**result, "passed": False, "verdict": "error", "detail": why}
 
     def _drive(
-        self, raw: bytes, lim: dict, wall_s: float, cap: _Capture, judge: dict | None = None
+        self,
+        raw: bytes,
+        lim: dict,
+        wall_s: float,
+        cap: _Capture,
+        judge: dict | None = None,
+        results_max: int = 1 << 22,
     ) -> _Observed:
         """Hand a prepared E its request and watch it to the end (and its judge, if any).
 
@@ -722,7 +731,7 @@ class Zygote:
                     open_fds.discard(fd)
                     continue
                 if fd == res_r:
-                    bufs[fd] += chunk[: (1 << 22) - len(bufs[fd])]
+                    bufs[fd] += chunk[: results_max - len(bufs[fd])]
                     continue
                 if cap.take(fd == out_r, chunk) and not obs.overflow:
                     obs.overflow = True
