@@ -98,12 +98,12 @@ async def score_predictions(
 
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts by outcome and the resolved rate over scored (non-infra) predictions."""
-    from codegym.evals.stats import proportion_interval
+    from statsmodels.stats.proportion import proportion_confint
 
     counts = Counter(r["outcome"] for r in results)
     scored = sum(n for o, n in counts.items() if o != "infra")
     resolved = counts.get("resolved", 0)
-    low, high = proportion_interval(resolved, scored, method="wilson") if scored else (0.0, 0.0)
+    low, high = proportion_confint(resolved, scored, method="wilson") if scored else (0.0, 0.0)
     return {
         "predictions": len(results),
         "scored": scored,
