@@ -509,6 +509,55 @@ async def test_a_stdio_test_cannot_take_the_key_from_its_parent(sb: Sandbox) -> 
     await _aftermath(sb, snap)
 
 
+# A stdio case is a fork of the batch's supervisor, whose frames hold the channel and
+# its key: walk up to them. The case has no fd 3 to sign on, and the key is zeroed too.
+CASE_KEY_SPY = r"""
+import sys
+keys, f = set(), sys._getframe()
+while f is not None:
+    ch = f.f_locals.get("channel")
+    if type(ch).__name__ == "Channel":
+        keys.add(bytes(type(ch)._key.__get__(ch)).hex())
+    f = f.f_back
+print(sorted(keys))
+"""
+
+
+async def test_a_stdio_case_finds_its_batch_s_key_zeroed(sb: Sandbox) -> None:
+    zero = str(["00" * 16])
+    r = await sb.run_tests(CASE_KEY_SPY, [IOTest("", zero), IOTest("", zero)], limits=LIMITS)
+    assert [t.passed for t in r.tests] == [True, True], [(t.verdict, t.detail) for t in r.tests]
+
+
+# One case leaves what the supervisor's tidying must still get rid of: a tree deeper than
+# Python's recursion limit, in /tmp and in the work dir, and a work dir locked (mode 0)
+# with a file in it. The next case must find its places as the batch began.
+LOCK_AND_BURY = r"""
+import os, sys
+if sys.stdin.readline().strip() == "bury":
+    for top in ("/tmp", os.getcwd()):
+        os.chdir(top)
+        for _ in range(1100):
+            os.mkdir("d")
+            os.chdir("d")
+    os.chdir("/work")
+    open("left.txt", "w").write("x")
+    os.chmod(".", 0)
+    print("buried")
+else:
+    print(sorted(os.listdir("/tmp")), sorted({"d", "left.txt"} & set(os.listdir("."))))
+"""
+
+
+async def test_a_case_cannot_bury_or_lock_out_the_next(sb: Sandbox) -> None:
+    clean = "[] []"
+    tests = [IOTest("bury\n", "buried"), IOTest("look\n", clean), IOTest("look\n", clean)]
+    r = await sb.run_tests(LOCK_AND_BURY, tests, limits=Limits(cpu_s=5, wall_s=20))
+    assert [t.passed for t in r.tests] == [True, True, True], [
+        (t.verdict, t.detail) for t in r.tests
+    ]
+
+
 # Walk up the interpreter stack (inherited from the zygote) looking for the previous
 # run's request or answer. The marker is spelled in hex here, so this program's own
 # request (which the harness's frames hold) does not contain it.

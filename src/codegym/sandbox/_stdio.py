@@ -22,6 +22,7 @@ import os
 import resource
 import select
 import signal
+import stat
 import time
 
 import _harness
@@ -51,7 +52,7 @@ def run_cases(channel, req: dict, blobs: list[bytes]) -> None:  # type: ignore[n
             return
     build = req.get("build")
     if build:
-        res, out = _case(meter, lambda: _exec_merged(build), lim, b"")
+        res, out = _case(channel, meter, lambda: _exec_merged(build), lim, b"")
         if res["verdict"] != "ok":
             why = res["detail"]
             _report_all(channel, tests, "error", f"build failed: {why} {_snip(out)}".strip())
@@ -59,28 +60,33 @@ def run_cases(channel, req: dict, blobs: list[bytes]) -> None:  # type: ignore[n
     argv = req.get("argv")
     cwd = os.getcwd()
     before = set(os.listdir(cwd))  # the uploads, the program and a build's outputs
+    modes = _modes(cwd)
     for i, t in enumerate(tests):
         if i:
-            _tidy(cwd, before)
+            _tidy(cwd, before, modes)
         stdin = blobs[t["stdin"]]
         if code_obj is not None:
             fn = lambda: _python(code_obj, req)  # noqa: E731
         else:
             fn = lambda: os.execvpe(argv[0], argv, dict(os.environ))  # noqa: E731
-        res, out = _case(meter, fn, lim, stdin)
+        res, out = _case(channel, meter, fn, lim, stdin)
         if res["verdict"] == "ok":
             res["out"] = base64.b64encode(out).decode()  # compared by the zygote
         channel.report({"i": i, **res})
 
 
-def _tidy(cwd: str, keep: set[str]) -> None:
+def _tidy(cwd: str, keep: set[str], modes: dict[str, int]) -> None:
     """What a case left in the run's scratch places is gone before the next case: all of
     /tmp and /dev/shm (the run's own tmpfs: with namespaces only, never the host's), and
     every new entry of the work dir (files that were there before the cases began, which a
-    case may change, stay as it left them)."""
+    case may change, stay as it left them). Each place gets back the mode it had before
+    the cases began (``modes``): a case that locked the work dir does not lock the next
+    one out of it."""
     places = [("/tmp", set()), ("/dev/shm", set())] if _NS else []
     for where, spare in [*places, (cwd, keep)]:
         try:
+            if where in modes:
+                os.chmod(where, modes[where])
             names = os.listdir(where)
         except OSError:
             continue
@@ -89,17 +95,36 @@ def _tidy(cwd: str, keep: set[str]) -> None:
                 _remove(os.path.join(where, name))
 
 
-def _remove(path: str) -> None:
-    try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, 0o700)  # a case may have locked it
-            for name in os.listdir(path):
-                _remove(os.path.join(path, name))
-            os.rmdir(path)
-        else:
-            os.unlink(path)
-    except OSError:
-        pass
+def _modes(cwd: str) -> dict[str, int]:
+    """The permission bits of the places ``_tidy`` empties, as the batch found them."""
+    found = {}
+    for where in ("/tmp", "/dev/shm", cwd) if _NS else (cwd,):
+        try:
+            found[where] = os.lstat(where).st_mode & 0o7777
+        except OSError:
+            continue
+    return found
+
+
+def _remove(top: str) -> None:
+    """Remove ``top`` and everything under it, depth first with a stack of its own: a
+    case's tree may be deeper than Python's recursion limit, and nothing a case left may
+    stop the supervisor (what cannot be removed stays, and the next case sees it)."""
+    stack = [(top, False)]
+    while stack:
+        path, listed = stack.pop()
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode):
+                os.unlink(path)
+            elif listed:
+                os.rmdir(path)
+            else:
+                os.chmod(path, 0o700)  # a case may have locked it
+                stack.append((path, True))
+                stack.extend((os.path.join(path, name), False) for name in os.listdir(path))
+        except OSError:
+            continue
 
 
 def _report_all(channel, tests: list, verdict: str, detail: str) -> None:  # type: ignore[no-untyped-def]
@@ -174,9 +199,10 @@ def _keyed(text: bytes) -> dict[str, int]:
     return out
 
 
-def _case(meter: Meter, fn, lim: dict, stdin: bytes) -> tuple[dict, bytes]:  # type: ignore[no-untyped-def]
-    """Fork, run ``fn`` in the child with ``stdin``; judge it here. No key, no result pipe,
-    nothing to compare with: the child can only print."""
+def _case(channel, meter: Meter, fn, lim: dict, stdin: bytes) -> tuple[dict, bytes]:  # type: ignore[no-untyped-def]
+    """Fork, run ``fn`` in the child with ``stdin``; judge it here. The child's copy of
+    the batch's key is zeroed and its result pipe closed before ``fn`` runs, and the
+    expected outputs were never here: the child can only print."""
     out_r, out_w = os.pipe()
     in_fd = os.memfd_create("case")
     os.write(in_fd, stdin)
@@ -187,6 +213,9 @@ def _case(meter: Meter, fn, lim: dict, stdin: bytes) -> tuple[dict, bytes]:  # t
     if pid == 0:
         rc = 1
         try:
+            # the case could walk its frames up to the supervisor's channel; with fd 3
+            # closed below the key is no use to it, and zeroed it is not there at all
+            channel.wipe()
             if not _NS:
                 os.setpgid(0, 0)  # the case's own group, killed whole at its end
             # gVisor arms RLIMIT_CPU on setrlimit only, not on fork: arm it again
