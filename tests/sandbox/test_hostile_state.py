@@ -530,29 +530,39 @@ async def test_a_stdio_case_finds_its_batch_s_key_zeroed(sb: Sandbox) -> None:
 
 
 # One case leaves what the supervisor's tidying must still get rid of: a tree deeper than
-# Python's recursion limit, in /tmp and in the work dir, and a work dir locked (mode 0)
-# with a file in it. The next case must find its places as the batch began.
+# Python's recursion limit with files on every level (removed by full paths, its cost grew
+# with the square of the depth and spent the batch's CPU), in /tmp and in the work dir, a
+# path past PATH_MAX in /dev/shm, and a work dir locked (mode 0) with a file in it. The
+# next cases must find their places as the batch began, within the batch's CPU limit.
 LOCK_AND_BURY = r"""
 import os, sys
 if sys.stdin.readline().strip() == "bury":
     for top in ("/tmp", os.getcwd()):
         os.chdir(top)
-        for _ in range(1100):
+        for _ in range(1900):
             os.mkdir("d")
             os.chdir("d")
+            for j in range(5):
+                open(str(j), "w").close()
+    os.chdir("/dev/shm")  # and a path longer than PATH_MAX, its bottom folder locked
+    for _ in range(40):
+        os.mkdir("x" * 250)
+        os.chdir("x" * 250)
+    os.chmod(".", 0)
     os.chdir("/work")
     open("left.txt", "w").write("x")
     os.chmod(".", 0)
     print("buried")
 else:
-    print(sorted(os.listdir("/tmp")), sorted({"d", "left.txt"} & set(os.listdir("."))))
+    left = sorted({"d", "left.txt"} & set(os.listdir(".")))
+    print(os.listdir("/tmp") + os.listdir("/dev/shm"), left)
 """
 
 
 async def test_a_case_cannot_bury_or_lock_out_the_next(sb: Sandbox) -> None:
     clean = "[] []"
     tests = [IOTest("bury\n", "buried"), IOTest("look\n", clean), IOTest("look\n", clean)]
-    r = await sb.run_tests(LOCK_AND_BURY, tests, limits=Limits(cpu_s=5, wall_s=20))
+    r = await sb.run_tests(LOCK_AND_BURY, tests, limits=Limits(cpu_s=2, wall_s=30))
     assert [t.passed for t in r.tests] == [True, True, True], [
         (t.verdict, t.detail) for t in r.tests
     ]

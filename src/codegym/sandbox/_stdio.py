@@ -22,7 +22,6 @@ import os
 import resource
 import select
 import signal
-import stat
 import time
 
 import _harness
@@ -87,12 +86,17 @@ def _tidy(cwd: str, keep: set[str], modes: dict[str, int]) -> None:
         try:
             if where in modes:
                 os.chmod(where, modes[where])
-            names = os.listdir(where)
+            fd = os.open(where, _DIR_FLAGS)
         except OSError:
             continue
-        for name in names:
-            if name not in spare:
-                _remove(os.path.join(where, name))
+        try:
+            for name in os.listdir(fd):
+                if name not in spare:
+                    _remove(fd, name)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def _modes(cwd: str) -> dict[str, int]:
@@ -106,25 +110,90 @@ def _modes(cwd: str) -> dict[str, int]:
     return found
 
 
-def _remove(top: str) -> None:
-    """Remove ``top`` and everything under it, depth first with a stack of its own: a
-    case's tree may be deeper than Python's recursion limit, and nothing a case left may
-    stop the supervisor (what cannot be removed stays, and the next case sees it)."""
-    stack = [(top, False)]
-    while stack:
-        path, listed = stack.pop()
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _remove(root: int, name: str) -> None:
+    """Remove ``name`` (in the folder open at ``root``) and everything under it.
+
+    Every step is relative to one open folder (``unlinkat``, ``openat``, ``..``), so its
+    cost does not grow with the depth (by full paths, a deep tree with a few files a level
+    cost the tidier the square of its depth in path walks, enough to spend the batch's
+    CPU), no path is too long, and no recursion limit applies. By now no process of the
+    case is left, so the tree holds still. A folder that cannot be emptied stays (and
+    so do the folders above it); the next case sees it.
+    """
+    try:
+        os.unlink(name, dir_fd=root)
+        return
+    except IsADirectoryError:
+        pass
+    except OSError:
+        return
+    cur = _enter(root, name)
+    if cur < 0:
+        return
+    path = [name]  # from ``root`` down to ``cur``
+    stuck: set[int] = set()  # inodes of folders that could not be removed
+    while True:
+        sub = None
         try:
-            st = os.lstat(path)
-            if not stat.S_ISDIR(st.st_mode):
-                os.unlink(path)
-            elif listed:
-                os.rmdir(path)
-            else:
-                os.chmod(path, 0o700)  # a case may have locked it
-                stack.append((path, True))
-                stack.extend((os.path.join(path, name), False) for name in os.listdir(path))
+            names = os.listdir(cur)
         except OSError:
+            names = []
+        for entry in names:
+            try:
+                os.unlink(entry, dir_fd=cur)
+            except IsADirectoryError:
+                if sub is None and _inode(cur, entry) not in stuck:
+                    sub = entry
+            except OSError:
+                pass
+        if sub is not None:
+            down = _enter(cur, sub)
+            if down >= 0:
+                os.close(cur)
+                cur = down
+                path.append(sub)
+                continue
+            stuck.add(_inode(cur, sub))
             continue
+        # this folder is as empty as it gets: up one, and remove it
+        ino = os.fstat(cur).st_ino
+        try:
+            up = root if len(path) == 1 else os.open("..", _DIR_FLAGS, dir_fd=cur)
+        except OSError:
+            up = -1
+        os.close(cur)
+        if up < 0:
+            return
+        try:
+            os.rmdir(path.pop(), dir_fd=up)
+        except OSError:
+            stuck.add(ino)
+        if not path:
+            return
+        cur = up
+
+
+def _enter(parent: int, name: str) -> int:
+    """Open the folder ``name`` under ``parent`` (made accessible first: a case may have
+    locked it); -1 if it cannot be."""
+    try:
+        os.chmod(name, 0o700, dir_fd=parent)
+    except OSError:
+        pass
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError:
+        return -1
+
+
+def _inode(parent: int, name: str) -> int:
+    try:
+        return os.stat(name, dir_fd=parent, follow_symlinks=False).st_ino
+    except OSError:
+        return -1
 
 
 def _report_all(channel, tests: list, verdict: str, detail: str) -> None:  # type: ignore[no-untyped-def]
