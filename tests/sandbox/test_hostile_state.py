@@ -532,8 +532,9 @@ async def test_a_stdio_case_finds_its_batch_s_key_zeroed(sb: Sandbox) -> None:
 # One case leaves what the supervisor's tidying must still get rid of: a tree deeper than
 # Python's recursion limit with files on every level (removed by full paths, its cost grew
 # with the square of the depth and spent the batch's CPU), in /tmp and in the work dir, a
-# path past PATH_MAX in /dev/shm, and a work dir locked (mode 0) with a file in it. The
-# next cases must find their places as the batch began, within the batch's CPU limit.
+# folder of 3,000 subfolders, a path past PATH_MAX in /dev/shm, and a work dir locked
+# (mode 0) with a file in it. The next cases must find their places as the batch began,
+# within the batch's CPU limit.
 LOCK_AND_BURY = r"""
 import os, sys
 if sys.stdin.readline().strip() == "bury":
@@ -544,6 +545,9 @@ if sys.stdin.readline().strip() == "bury":
             os.chdir("d")
             for j in range(5):
                 open(str(j), "w").close()
+    os.mkdir("/tmp/w")  # a wide folder (listed again after each subfolder: width squared)
+    for i in range(3000):
+        os.mkdir(f"/tmp/w/{i}")
     os.chdir("/dev/shm")  # and a path longer than PATH_MAX, its bottom folder locked
     for _ in range(40):
         os.mkdir("x" * 250)

@@ -116,12 +116,13 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 def _remove(root: int, name: str) -> None:
     """Remove ``name`` (in the folder open at ``root``) and everything under it.
 
-    Every step is relative to one open folder (``unlinkat``, ``openat``, ``..``), so its
-    cost does not grow with the depth (by full paths, a deep tree with a few files a level
-    cost the tidier the square of its depth in path walks, enough to spend the batch's
-    CPU), no path is too long, and no recursion limit applies. By now no process of the
-    case is left, so the tree holds still. A folder that cannot be emptied stays (and
-    so do the folders above it); the next case sees it.
+    Every step is relative to one open folder (``unlinkat``, ``openat``, ``..``) and every
+    entry is listed and removed once, so the cost is the tree's size, whatever its shape:
+    by full paths a deep tree cost the square of its depth in path walks, and listing a
+    folder again after each of its subfolders cost the square of its width, either
+    enough to spend the batch's CPU. No path is too long and no recursion limit applies.
+    By now no process of the case is left, so the tree holds still. A folder that cannot
+    be entered or emptied stays (and so do the folders above it); the next case sees it.
     """
     try:
         os.unlink(name, dir_fd=root)
@@ -134,32 +135,18 @@ def _remove(root: int, name: str) -> None:
     if cur < 0:
         return
     path = [name]  # from ``root`` down to ``cur``
-    stuck: set[int] = set()  # inodes of folders that could not be removed
+    todo = [_unlink_files(cur)]  # each level's subfolders not yet visited
     while True:
-        sub = None
-        try:
-            names = os.listdir(cur)
-        except OSError:
-            names = []
-        for entry in names:
-            try:
-                os.unlink(entry, dir_fd=cur)
-            except IsADirectoryError:
-                if sub is None and _inode(cur, entry) not in stuck:
-                    sub = entry
-            except OSError:
-                pass
-        if sub is not None:
+        if todo[-1]:
+            sub = todo[-1].pop()
             down = _enter(cur, sub)
             if down >= 0:
                 os.close(cur)
                 cur = down
                 path.append(sub)
-                continue
-            stuck.add(_inode(cur, sub))
+                todo.append(_unlink_files(cur))
             continue
         # this folder is as empty as it gets: up one, and remove it
-        ino = os.fstat(cur).st_ino
         try:
             up = root if len(path) == 1 else os.open("..", _DIR_FLAGS, dir_fd=cur)
         except OSError:
@@ -170,10 +157,28 @@ def _remove(root: int, name: str) -> None:
         try:
             os.rmdir(path.pop(), dir_fd=up)
         except OSError:
-            stuck.add(ino)
+            pass
+        todo.pop()
         if not path:
             return
         cur = up
+
+
+def _unlink_files(folder: int) -> list[str]:
+    """Unlink every entry of ``folder`` but its subfolders, which it returns."""
+    subs = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return subs
+    for entry in names:
+        try:
+            os.unlink(entry, dir_fd=folder)
+        except IsADirectoryError:
+            subs.append(entry)
+        except OSError:
+            pass
+    return subs
 
 
 def _enter(parent: int, name: str) -> int:
@@ -185,13 +190,6 @@ def _enter(parent: int, name: str) -> int:
         pass
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=parent)
-    except OSError:
-        return -1
-
-
-def _inode(parent: int, name: str) -> int:
-    try:
-        return os.stat(name, dir_fd=parent, follow_symlinks=False).st_ino
     except OSError:
         return -1
 
