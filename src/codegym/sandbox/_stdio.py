@@ -1,15 +1,19 @@
 """Stdin/stdout test cases: run each in a child, report what it printed (stdlib only).
 
-Runs in E, pid 1 of the run's namespace, which only supervises here: every case (and the
+Runs in E, the run's first process, which only supervises here: every case (and the
 optional build step) runs in a child of E, and E holds neither the expected outputs nor
-anything secret (the zygote strips the expected outputs from E's request and compares
-outside the run, see ``compare``). E ignores every signal its children can send (pid 1
-with no handlers), so a case cannot end or steer the batch.
+the key's use (the zygote strips the expected outputs from E's request and compares
+outside the run, see ``compare``; a case's copy of the key is zeroed). E ignores every
+signal its children can send (as pid 1 of the run's own namespace, with no handlers; in
+the pid namespace a worker's plain runs share, by ignoring each one it can), so a case
+cannot end or steer the batch short of SIGKILL or SIGSTOP, which end it as the
+program's own failure (the remaining cases are not completed).
 
 Per case: the case's CPU time is the run's cgroup slot's CPU counter over the case
 (everything it started, reaped or not, threads included; ``RUSAGE_CHILDREN`` of E where
 the tier has no counter), and when the case's process ends, everything it left behind
-is killed (``kill(-1)`` from pid 1) and reaped before the next case starts.
+is killed (``kill(-1)`` from E) and reaped by E (pid 1, or the cases' subreaper) before
+the next case starts.
 """
 
 from __future__ import annotations
@@ -31,14 +35,25 @@ _OUT_CAP = 1 << 20
 # up to 6 bytes a byte) and the rest; the zygote sizes a batch's result buffer by it
 RESULT_MAX = _OUT_CAP * 4 // 3 + (1 << 16)
 _NS = True  # the zygote sets False for the process tier (no namespace: E is not pid 1)
+_GUARDED = False  # this supervisor ignores the signals it could otherwise die of
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def run_cases(channel, req: dict, blobs: list[bytes]) -> None:  # type: ignore[no-untyped-def]
     """Run every case of ``req`` and report each on the result channel."""
-    if _NS:
+    global _GUARDED
+    if _NS and os.getpid() == 1:
         # pid 1 ignores signals it has no handler for: its children cannot end it
         for sig in (*_harness.FATAL_BY_DEFAULT, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
+    elif _NS:
+        # in a pid namespace shared by the worker's runs (its init is the zygote's): the
+        # cases cannot end this process by any signal it can ignore, and what they leave
+        # behind is re-parented here, to be reaped before the next case (see _reap)
+        _GUARDED = True
+        for sig in (*_harness.FATAL_BY_DEFAULT, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+        _harness._libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     lim = req["limits"]
     tests = req["tests"]
     meter = Meter({name: COUNTER_FD + i for i, name in enumerate(COUNTERS)})
@@ -283,6 +298,9 @@ def _case(channel, meter: Meter, fn, lim: dict, stdin: bytes) -> tuple[dict, byt
             # the case could walk its frames up to the supervisor's channel; with fd 3
             # closed below the key is no use to it, and zeroed it is not there at all
             channel.wipe()
+            if _GUARDED:  # the case gets the default actions the supervisor set aside
+                for sig in (*_harness.FATAL_BY_DEFAULT, signal.SIGINT):
+                    signal.signal(sig, signal.SIG_DFL)
             if not _NS:
                 os.setpgid(0, 0)  # the case's own group, killed whole at its end
             # gVisor arms RLIMIT_CPU on setrlimit only, not on fork: arm it again
@@ -355,7 +373,8 @@ def _case(channel, meter: Meter, fn, lim: dict, stdin: bytes) -> tuple[dict, byt
 
 
 def _kill_case(pid: int) -> None:
-    """Kill the case and everything it started (pid 1 of the namespace: all but E)."""
+    """Kill the case and everything it started (``kill(-1)`` from E: every process of
+    the namespace but E and its init)."""
     try:
         if _NS:
             os.kill(-1, signal.SIGKILL)

@@ -81,6 +81,7 @@ PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 PR_SET_PDEATHSIG = 1
+SWEEP_TIMEOUT_S = 30.0  # the reaper kills and reaps what a run left within this, or the worker goes
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND = 1, 2, 4, 8, 4096
 MS_REC, MS_PRIVATE = 16384, 1 << 18
 
@@ -215,6 +216,9 @@ class Zygote:
         ]
         self.channel_fds: tuple[int, ...] = ()
         self.forker: socket.socket | None = None  # the line to T, see start_forker
+        # plain runs share one pid namespace, whose init R sweeps each run away (_sweep)
+        self.shared_pidns = False
+        self.reaper: socket.socket | None = None  # the line to R (see _reaper_main)
         self.ready: _Ready | None = None  # the next E, forked ahead of its request
         self.last_shape: str | None = None  # what the last run's E was prepared for
         self.want = ""  # the shape of E the current request needs (see _shape)
@@ -288,7 +292,10 @@ class Zygote:
     # -- the child side -------------------------------------------------
 
     def _clone_flags(self) -> int:
-        """A run's own namespaces: pid and ipc always; mount unless it shares Scratch."""
+        """A run's own namespaces: ipc always; pid unless it goes into R's (see
+        start_forker); mount unless it shares Scratch."""
+        if self.shared_pidns:
+            return CLONE_NEWIPC
         return CLONE_NEWPID | CLONE_NEWIPC | (0 if self.scratch else CLONE_NEWNS)
 
     def _spawn(self) -> int:
@@ -314,7 +321,9 @@ class Zygote:
             channel = self.harness.Channel(secret)  # empties ``secret``
             disk_mb, ws = _parse_shape(shape)
             full = ""
-            if self.scratch is not None:
+            if self.shared_pidns:
+                pass  # R's pid namespace, with the /proc R mounted once; Z's scratch
+            elif self.scratch is not None:
                 # the zygote's namespace, its scratch emptied for this run: the /proc
                 # mounted below goes over the jail's (the last run's goes)
                 Scratch.take_down_proc()
@@ -331,7 +340,7 @@ class Zygote:
                     _libc.umount2(WS_KEEP.encode(), MNT_DETACH)
                     hide = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
                     _mount(b"tmpfs", WS_DIR.encode(), b"tmpfs", hide, b"size=4k,mode=0")
-            if self.namespaces:
+            if self.namespaces and not self.shared_pidns:
                 # a /proc of this run's own pid namespace; the host's kernel command line
                 # is none of the program's business
                 _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
@@ -339,7 +348,7 @@ class Zygote:
                 die = self.harness.death_handler(channel)
                 for sig in self.harness.FATAL_BY_DEFAULT:
                     signal.signal(sig, die)
-            else:
+            elif not self.namespaces:
                 os.setsid()
                 # no namespace ends this run with its worker: the kernel must
                 _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -534,17 +543,27 @@ class Zygote:
         ``CLONE_PARENT``: E is the zygote's child, which watches and reaps it as before.
         """
         z_end, t_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        r_end = None
+        if self.scratch is not None:  # plain runs: one pid namespace for all (see _sweep)
+            self.reaper, r_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self.shared_pidns = True
         pid = self.harness.fork()
         if pid == 0:
             try:
                 z_end.close()
-                self._forker_loop(t_end)
+                if self.reaper is not None:
+                    self.reaper.close()
+                self._forker_loop(t_end, r_end)
             finally:
                 os._exit(0)
         t_end.close()
         self.forker = z_end
+        if r_end is not None:
+            r_end.close()
+            if self.reaper is not None and self.reaper.recv(8) != b"ready":
+                raise OSError("the runs' pid namespace could not be set up")
 
-    def _forker_loop(self, sock: socket.socket) -> None:
+    def _forker_loop(self, sock: socket.socket, reaper: socket.socket | None) -> None:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         # keep the low fds taken, so E's pipe ends never land on 3-6 (see _child)
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -553,6 +572,8 @@ class Zygote:
         flags = CLONE_PARENT | self._clone_flags()
         # nothing here starts a thread, and a run's /proc may cover the jail's (Scratch)
         single = self.harness._single_threaded()
+        if reaper is not None:
+            self._start_reaper(reaper, sock, single)
         while True:
             msg, got, _, _ = socket.recv_fds(sock, 8192, len(E_ENDS))
             if not msg:
@@ -571,6 +592,75 @@ class Zygote:
             for fd in got:
                 os.close(fd)
             sock.send(struct.pack("i", pid) + (secret.pop() if pid > 0 else b""))
+
+    def _start_reaper(self, end: socket.socket, forker: socket.socket, single: bool) -> None:
+        """In T: fork R, pid 1 of the pid namespace every plain run of this worker is
+        forked into from now on (T's children go there; T stays outside, unseen).
+
+        R holds no run's data (a copy of T, taken before any run), never runs a program,
+        and is not dumpable; runs see it as /proc/1 and cannot signal it (the kernel drops
+        what a namespace sends its init) or trace it (seccomp; it keeps capabilities they
+        lack). A pid and a /proc mount a run cost about a third of a plain run's machine
+        time (benchmarks/forkserver_floor.py, ``reused-pidns``): R pays for them once.
+        """
+        pid = self.harness.fork(CLONE_NEWPID, single)
+        if pid == 0:
+            try:
+                forker.close()
+                self._reaper_main(end)
+            finally:
+                os._exit(0)
+        end.close()
+        pidfd = os.pidfd_open(pid)
+        _check(_libc.setns(pidfd, CLONE_NEWPID), "setns into the runs' pid namespace")
+        os.close(pidfd)
+
+    def _reaper_main(self, end: socket.socket) -> None:
+        """R: mount the namespace's /proc once; then, at each word from the zygote, kill
+        every process of the namespace but itself (``kill(-1)`` from its init), reap them
+        all, and set the next pid back to 2, so no run sees a number an earlier one used
+        or anything an earlier one left running."""
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        sock = end.detach()
+        os.dup2(sock, 3)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.closerange(4, 65536)
+        link = socket.socket(fileno=3)
+        Scratch.take_down_proc()
+        _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        _mount(b"/dev/null", b"/proc/cmdline", None, MS_BIND, None)
+        last_pid = os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY | os.O_CLOEXEC)
+        _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "dumpable")
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_IGN)
+        link.send(b"ready")
+        while link.recv(8):
+            try:
+                os.kill(-1, signal.SIGKILL)  # from the init: all of the namespace but it
+            except ProcessLookupError:
+                pass  # the run left nothing
+            while True:
+                try:
+                    os.waitpid(-1, 0)
+                except ChildProcessError:
+                    break
+            os.pwrite(last_pid, b"1", 0)
+            link.send(b"swept")
+
+    def _sweep(self) -> None:
+        """Have R kill and reap whatever the last run left in the shared pid namespace
+        (a run's own namespace died with its pid 1; this one stays for the next run)."""
+        if self.reaper is None:
+            return
+        self.reaper.settimeout(SWEEP_TIMEOUT_S)
+        try:
+            self.reaper.send(b"s")
+            if self.reaper.recv(8) != b"swept":
+                raise OSError("the runs' pid namespace's init is gone")
+        except TimeoutError:
+            raise OSError("the runs' pid namespace could not be swept in time") from None
 
     def _fork_through_forker(self, fds: dict, shape: str) -> tuple[int, bytes]:
         assert self.forker is not None
@@ -591,6 +681,7 @@ class Zygote:
         self._kill(e.pid)
         os.waitpid(e.pid, 0)
         e.close()
+        self._sweep()
 
     def _enter_slot(self, pid: int) -> None:
         """Move E into the run's cgroup slot (Z may: same uid, and the slot's
@@ -711,6 +802,7 @@ class Zygote:
                     if watch.exited():
                         exited = True
                         poller.unregister(pidfd)
+                        self._sweep()  # what E left holds its pipes: gone now
                     continue
                 chunk = os.read(fd, 65536)
                 if fd == j_r:
@@ -745,7 +837,8 @@ class Zygote:
         obs.wall = time.monotonic() - start
         _, obs.status, obs.ru = os.wait4(pid, 0)
         if self.scratch is not None:
-            self.scratch.reset()  # E's pid namespace, and every process of the run, are gone
+            # E's pid namespace, or R's sweep, took every process of the run
+            self.scratch.reset()
         if not self.namespaces:
             _killpg(pid)  # whatever the program left in its process group
         if self.meter is not None and obs.cpu0 is not None:
@@ -941,7 +1034,9 @@ class Zygote:
     def _kill(self, pid: int) -> None:
         try:
             if self.namespaces:
-                os.kill(pid, signal.SIGKILL)  # pid 1 of the run's namespace: takes all
+                # pid 1 of the run's namespace takes all with it; in R's, E goes first and
+                # R sweeps the rest once E is seen gone (_drive)
+                os.kill(pid, signal.SIGKILL)
             else:
                 _killpg(pid)
         except ProcessLookupError:
