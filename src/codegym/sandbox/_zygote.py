@@ -7,24 +7,29 @@ Per execution it builds this process tree::
 
     zygote Z (long-lived, warm imports)
       ├─ T  the forker: a copy of Z taken before any run (jail tier; see start_forker)
+      │    └─ R  plain runs' pid namespace's init (pid 1 there): mounts its /proc once,
+      │            and sweeps each run away (see _reaper_main)
       ├─ J  the judge: runs assert tests' code, in Z's pid namespace and a mount
       │       namespace of its own, started at the first assert test and kept
       │       (see _start_judge and _judge)
-      └─ E  pid 1 of a fresh pid and ipc namespace, forked by T with CLONE_PARENT: a
-              /proc of its own; the work dir, /tmp and /dev/shm are Z's tmpfs, emptied
-              between runs (``Scratch``), or, in session and workspace workers, E has a
-              mount namespace of its own with fresh ones; rlimits, all capabilities
-              dropped, no_new_privs, not dumpable, seccomp; then the harness runs the
-              program (or serves J's calls, or forks per stdio case)
+      └─ E  forked by T with CLONE_PARENT, in a fresh ipc namespace and R's pid
+              namespace (pid 2), or, in session and workspace workers, as pid 1 of a
+              fresh pid namespace with a /proc of its own; the work dir, /tmp and
+              /dev/shm are Z's tmpfs, emptied between runs (``Scratch``), or, in session
+              and workspace workers, E has a mount namespace of its own with fresh ones;
+              rlimits, all capabilities dropped, no_new_privs, not dumpable, seccomp;
+              then the harness runs the program (or serves J's calls, or forks per stdio
+              case)
 
 An assert test is a fresh E that runs the program and serves the calls of J, which holds
 the test; the two talk over a socket pair Z made with E's pipes, and Z judges the test
 from J's report and E's fate (CPU from the slot's counter). A stdio batch is one E that
 supervises its cases; their expected outputs stay in Z, which compares.
 
-Z enforces the wall deadline and the output cap (it reads the pipes). When E exits the
-kernel kills every process left in its namespace, so nothing the program started
-survives the run. E never sees Z: it has its own /proc and pid numbering.
+Z enforces the wall deadline and the output cap (it reads the pipes). When E exits, R
+kills and reaps every process left in its namespace (or, where E is pid 1 of its own,
+the kernel does), before Z takes the run's result, so nothing the program started
+survives the run. E never sees Z, T or J: its /proc and pid numbering are R's.
 
 Z has the next E forked as soon as it has answered a run, and that E does every step that
 does not depend on the request (namespaces, mounts, signal handlers, fds, privilege drop,
