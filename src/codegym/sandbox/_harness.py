@@ -1,4 +1,4 @@
-"""What runs inside the run's pid 1, E (standard library only).
+"""What runs inside the run's first process, E (standard library only).
 
 Executed by the jail's interpreter next to ``_zygote.py``. E runs one program (``exec``,
 ``python``), or runs a program and then answers an assert test's judge (``serve``; the

@@ -314,9 +314,11 @@ class Zygote:
         Everything that does not depend on the request happens before it arrives (the
         zygote forks E ahead of time), so a request meets a child that is ready.
 
-        With namespaces E is pid 1 of a fresh pid namespace, so when it exits the kernel
-        kills everything it started. A pid 1 ignores signals it has no handler for, so
-        E installs handlers that end it as the default action would (see ``_harness.die``).
+        A plain jail run's E is pid 2 of R's namespace, where R sweeps away what it
+        started once it exits (``_sweep``). Elsewhere with namespaces E is pid 1 of a
+        fresh pid namespace, so when it exits the kernel kills everything it started; a
+        pid 1 ignores signals it has no handler for, so there E installs handlers that
+        end it as the default action would (see ``_harness.death_handler``).
 
         The set-up mark goes on fd 4, which E closes before the program starts: nothing
         the program does can make a run look like a failed set-up (``infra``).
