@@ -445,7 +445,7 @@ def enter_site(req: dict) -> None:
 
 
 def run(req: dict, blobs: list[bytes], channel: Channel) -> int:
-    """Run the request in this process (E, pid 1 of the run's namespace).
+    """Run the request in this process (E, the run's first process).
 
     Modes: ``exec`` replaces this process with a command; ``python`` runs the program
     here; ``serve`` runs the program here, once the judge first asks for it, and then
