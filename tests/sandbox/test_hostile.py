@@ -343,6 +343,49 @@ async def test_kill_the_zygote(sb: Sandbox, host_sleeper: subprocess.Popen[bytes
     await _aftermath(sb, snap)  # no worker died or had to be restarted
 
 
+async def test_the_namespace_s_init_is_out_of_reach(sb: Sandbox) -> None:
+    # A plain run shares its worker's pid namespace and uid with that namespace's init,
+    # which sweeps each run away: a CPU limit of 0 set on it killed it at its next sweep,
+    # and every run after was infra (found by review). Nothing a run can do reaches it.
+    snap = _snapshot(sb)
+    code = ATTEMPT + dedent(r"""
+        import resource, signal
+        for res in (resource.RLIMIT_CPU, resource.RLIMIT_NOFILE, resource.RLIMIT_AS):
+            attempt(f'prlimit-1-{res}', lambda: resource.prlimit(1, res, (0, 0)))
+        attempt('prlimit-self-pid', lambda: resource.prlimit(os.getpid(), resource.RLIMIT_CORE))
+        for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP):
+            if os.getpid() != 1:  # (a workspace run is its own namespace's init)
+                os.kill(1, sig)  # the kernel drops what a namespace sends its init
+        attempt('mem-1', lambda: open('/proc/1/mem', 'rb'))
+        attempt('environ-1', lambda: open('/proc/1/environ', 'rb'))
+    """)
+    r = await sb.run_python(code, limits=LIMITS)
+    _refused(r, "EPERM", "EACCES")
+    r = await sb.run_python("print('still here')", limits=LIMITS)
+    assert (r.verdict, r.stdout) == (Verdict.OK, "still here\n"), (r.verdict, r.reason)
+    await _aftermath(sb, snap)  # no worker died or had to be restarted
+
+
+async def test_no_child_of_the_zygote_s_own(sb: Sandbox) -> None:
+    # From a run's first process (pid 2 of its worker's shared namespace, no longer an
+    # init) CLONE_PARENT made children of the zygote's, which the namespace's init never
+    # reaped: zombies named by the run were read by the next, and held the slot's pids
+    # limit for the worker's life (found by review)
+    snap = _snapshot(sb)
+    code = ATTEMPT + dedent(r"""
+        def clone_parent():
+            pid = libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0)
+            if pid == 0:
+                os._exit(0)
+            return pid
+        for _ in range(3):
+            attempt('clone-parent', clone_parent)
+    """)
+    r = await sb.run_python(code, limits=LIMITS)
+    _refused(r, "EPERM")
+    await _aftermath(sb, snap)
+
+
 async def test_ptrace(sb: Sandbox) -> None:
     snap = _snapshot(sb)
     code = ATTEMPT + dedent(r"""

@@ -4,7 +4,9 @@ Built on the host with libseccomp (through ``pyseccomp``) and exported as raw BP
 program process loads it with ``prctl`` just before running untrusted code. A deny-list
 keeps ordinary programs (threads, subprocesses, compilers) working while closing the
 kernel surfaces that matter for escape or for reaching outside: raw sockets, tracing,
-namespaces, mounts, kernel keyrings, BPF, io_uring and module loading.
+namespaces, mounts, kernel keyrings, BPF, io_uring and module loading; and the two calls
+by which a run could reach past its own processes to its pid namespace's init or the
+zygote: another process's resource limits (``prlimit64`` with a pid) and ``CLONE_PARENT``.
 """
 
 from __future__ import annotations
@@ -72,6 +74,9 @@ DENIED = (
     "personality",
 )
 
+# a child of the caller's parent: from a run's first process, a child of the zygote's,
+# outside what its pid namespace's init reaps (a zombie for the worker's life)
+CLONE_PARENT = 0x00008000
 NAMESPACE_FLAGS = (
     0x00020000,  # CLONE_NEWNS
     0x02000000,  # CLONE_NEWCGROUP
@@ -96,8 +101,12 @@ def deny_list_bpf() -> bytes:
             continue  # not a syscall on this architecture
     # only local (unix) sockets: no TCP, UDP, raw, netlink or packet sockets
     f.add_rule(sc.ERRNO(errno.EACCES), "socket", sc.Arg(0, sc.NE, socket.AF_UNIX))
-    for flag in NAMESPACE_FLAGS:
+    for flag in (*NAMESPACE_FLAGS, CLONE_PARENT):
         f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    # another process's limits: a run shares its uid with its pid namespace's init, which
+    # a CPU limit of 0 would kill (and every run after it would be infra); one's own
+    # limits (pid 0, as setrlimit sends them) stay the program's to set
+    f.add_rule(sc.ERRNO(errno.EPERM), "prlimit64", sc.Arg(0, sc.NE, 0))
     # clone3 passes its flags in memory the filter cannot read; ENOSYS makes libc fall
     # back to clone(), whose flags we can check.
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
