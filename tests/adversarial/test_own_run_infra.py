@@ -33,7 +33,7 @@ HOSTILE = {
     "exits with the harness's own failure code": "import os\nos._exit(125)\n",
     "closes its standard streams": "import os\nfor fd in (0, 1, 2):\n    os.close(fd)\n",
     "stops itself": "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n",
-    "kills its own pid 1 with every signal": dedent("""
+    "signals pid 1 (itself, or its namespace's init) with every signal": dedent("""
         import os, signal
         for s in range(1, 32):
             if s not in (signal.SIGKILL, signal.SIGSTOP):
