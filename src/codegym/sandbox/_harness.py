@@ -43,7 +43,6 @@ _HEX = re.compile(rb"[0-9a-f]{%d}" % _TAG_HEX)
 # busy VM runs ahead of rusage (0.84-0.99 of the limit measured); see _verdict.py
 XCPU_MIN_FRACTION = 0.5
 SYS_CLONE = 56  # x86_64
-_BYTES_DATA = bytes.__basicsize__ - 1  # where a CPython bytes object's data starts
 _libc = ctypes.PyDLL(None, use_errno=True)  # PyDLL: the GIL stays held across fork/clone
 
 
@@ -57,20 +56,17 @@ FATAL_BY_DEFAULT = (
 class Channel:
     """The signing side of the result channel, holding this run's key.
 
-    Built in the program process from the one-element list the zygote hands over; the
-    list is emptied and the bytes it held are zeroed in place (freed memory keeps its
-    bytes, and a program can read its own process's memory), so the key lives on only
-    inside this object, which ``wipe`` zeroes in a child that runs a program.
+    Built in the program process from the one-element list the zygote hands over, whose
+    bytearray it takes (the zygote reads the key straight into it: no immutable copy,
+    freed or not, is left in the process), so the key lives on only inside this object,
+    which ``wipe`` zeroes in a child that runs a program.
     """
 
     __slots__ = ("_key",)
 
     def __init__(self, secret: list) -> None:
         raw = secret.pop()
-        self._key = bytearray(raw)
-        # only bytes no one else holds (not a caller's, not a cached one-byte object)
-        if type(raw) is bytes and len(raw) > 1 and sys.getrefcount(raw) == 2:
-            ctypes.memset(id(raw) + _BYTES_DATA, 0, len(raw))
+        self._key = raw if type(raw) is bytearray else bytearray(raw)
 
     def sign(self, payload: bytes) -> bytes:
         return b"\n" + _tag(self._key, payload) + b" " + payload + b"\n"

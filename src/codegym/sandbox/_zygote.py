@@ -41,8 +41,10 @@ is charged to the slot. E is prepared for one tmpfs size (the previous run's ``d
 a request that asks for another size gets a freshly forked E.
 
 Per run the process that forks E (T, or Z where there is no forker) makes a fresh secret
-key before the fork and hands it to the harness in a one-element list the harness
-empties (so no frame or object of the forking code keeps it in E). E signs its stdio
+key before the fork (read straight into a bytearray: no bytes object, freed or not,
+holds it) and hands it to the harness in a one-element list the harness empties (so no
+frame or object of the forking code keeps it in E, and wiping the Channel's bytearray
+leaves no copy). E signs its stdio
 results and its death mark (fd 3) with it; Z gets a copy (from T over its socket) and
 believes only what verifies (``_harness.Channel``), so a program writing to that fd
 forges nothing. Infra comes only from what no program can cause: E reports its set-up on
@@ -55,6 +57,7 @@ the tree is killed by process group; double-forked daemons that call setsid esca
 
 from __future__ import annotations
 
+import _signal  # signal.signal's enum conversions cost a run ~60 copy-on-write faults
 import atexit
 import ctypes
 import errno
@@ -354,14 +357,14 @@ class Zygote:
                 _mount(b"/dev/null", b"/proc/cmdline", None, MS_BIND, None)
                 die = self.harness.death_handler(channel)
                 for sig in self.harness.FATAL_BY_DEFAULT:
-                    signal.signal(sig, die)
+                    _signal.signal(sig, die)
             elif not self.namespaces:
                 os.setsid()
                 # no namespace ends this run with its worker: the kernel must
                 _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             os.chdir(cwd or self.workdir)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # the zygote ignores it
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+            _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)  # the zygote ignores it
             os.dup2(fds["out_w"], 1)
             os.dup2(fds["err_w"], 2)
             os.dup2(fds["result_w"], 3)
@@ -526,7 +529,7 @@ class Zygote:
         self, fds: dict, zygote_ends: tuple[int, ...], shape: str, scratch: str | None
     ) -> tuple[int, bytes]:
         """Fork E from the zygote itself (tiers without a forker: ``process``, ``gvisor``)."""
-        secret = [os.urandom(16)]  # this run's key; see Channel
+        secret = [_fresh_key()]  # this run's key; see Channel
         pid = self._spawn()
         if pid == 0:
             try:
@@ -535,7 +538,7 @@ class Zygote:
                 self._child(fds, secret, shape, scratch)
             finally:
                 os._exit(125)  # _child never returns: nothing may reach the zygote's loop
-        return pid, secret[0]
+        return pid, bytes(secret[0])
 
     # -- the forker T -------------------------------------------------------
 
@@ -585,7 +588,7 @@ class Zygote:
             msg, got, _, _ = socket.recv_fds(sock, 8192, len(E_ENDS))
             if not msg:
                 return  # the zygote is gone
-            secret = [os.urandom(16)]  # this run's key; see Channel
+            secret = [_fresh_key()]  # this run's key; see Channel
             try:
                 pid = self.harness.fork(flags, single)
             except OSError as e:
@@ -598,7 +601,7 @@ class Zygote:
                     os._exit(125)
             for fd in got:
                 os.close(fd)
-            sock.send(struct.pack("i", pid) + (secret.pop() if pid > 0 else b""))
+            sock.send(struct.pack("i", pid) + (bytes(secret.pop()) if pid > 0 else b""))
 
     def _start_reaper(self, end: socket.socket, forker: socket.socket, single: bool) -> None:
         """In T: fork R, pid 1 of the pid namespace every plain run of this worker is
@@ -766,6 +769,7 @@ class Zygote:
             e = self.prepare(self.want)
         self.ready = None
         obs = _Observed(e)
+        obs.pid1 = self.namespaces and not self.shared_pidns
         j_r = -1
         jbuf = bytearray()
         if judge is not None:
@@ -1229,12 +1233,13 @@ class _Observed:
         self.marks = b""
         self.results = b""
         self.judged: dict | None = None
+        self.pid1 = True  # E was its namespace's init: its death marks mean something
         self.cpu0: tuple[float, int] | None = None
         self.cpu1: tuple[float, int] | None = None
 
     def exit_code(self, harness: Any) -> int:
         code = os.waitstatus_to_exitcode(self.status)
-        died = harness.death_signal(self.results, self.key)
+        died = harness.death_signal(self.results, self.key) if self.pid1 else None
         if died and os.WIFEXITED(self.status):  # pid 1 ended by a default-fatal signal
             code = -died
         return code
@@ -1415,8 +1420,23 @@ def _shape(req: dict) -> str:
 
 
 def _parse_shape(shape: str) -> tuple[int, dict | None]:
+    if shape.endswith(",null]"):  # a plain run's, read without json (faults in E)
+        return int(shape[1:-6]), None
     disk_mb, ws = json.loads(shape)
     return int(disk_mb), ws
+
+
+_URANDOM: list[int] = []
+
+
+def _fresh_key() -> bytearray:
+    """16 random bytes read into a bytearray, never into an immutable bytes object."""
+    if not _URANDOM:
+        _URANDOM.append(os.open("/dev/urandom", os.O_RDONLY | os.O_CLOEXEC))
+    key = bytearray(16)
+    if os.readv(_URANDOM[0], [key]) != len(key):
+        raise OSError("short read from /dev/urandom")
+    return key
 
 
 EXPORT_MAX_PATH = 3000  # a layer's paths must fit the host's PATH_MAX under its cache
