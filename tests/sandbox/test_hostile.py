@@ -27,6 +27,8 @@ from hostile_kit import (
 )
 
 from codegym.sandbox import (
+    AssertTest,
+    IOTest,
     Limits,
     Sandbox,
     Verdict,
@@ -363,6 +365,25 @@ async def test_the_namespace_s_init_is_out_of_reach(sb: Sandbox) -> None:
     _refused(r, "EPERM", "EACCES")
     r = await sb.run_python("print('still here')", limits=LIMITS)
     assert (r.verdict, r.stdout) == (Verdict.OK, "still here\n"), (r.verdict, r.reason)
+    await _aftermath(sb, snap)  # no worker died or had to be restarted
+
+
+async def test_its_process_group_is_its_own(sb: Sandbox) -> None:
+    # The run's first process was in its worker's process group: kill(0, SIGKILL) (the
+    # caller's group, whatever the namespace) killed the worker, and the run was infra
+    # (found by review). Now it kills the run alone, in every mode.
+    snap = _snapshot(sb)
+    group_kill = "import os, signal\nos.kill(0, signal.SIGKILL)\n"
+    # (a run that is its namespace's init, as in a workspace, survives its own SIGKILL)
+    r = await sb.run_python(group_kill, limits=LIMITS)
+    assert r.verdict in (Verdict.KILLED, Verdict.OK), (r.verdict, r.reason)
+    r = await sb.run_python("import os, signal\nos.kill(0, signal.SIGTERM)\n", limits=LIMITS)
+    assert (r.verdict, r.signal) == (Verdict.KILLED, "SIGTERM"), (r.verdict, r.reason)
+    r = await sb.run_tests(group_kill + "print(1)\n", [IOTest("", "1")], limits=LIMITS)
+    assert Verdict.INFRA not in (r.verdict, r.tests[0].verdict), (r.verdict, r.reason, r.tests)
+    program = "import os, signal\ndef f(x):\n    os.kill(0, signal.SIGKILL)\n    return x\n"
+    r = await sb.run_tests(program, [AssertTest("assert f(1) == 1")], limits=LIMITS)
+    assert Verdict.INFRA not in (r.verdict, r.tests[0].verdict), (r.verdict, r.reason, r.tests)
     await _aftermath(sb, snap)  # no worker died or had to be restarted
 
 

@@ -359,9 +359,11 @@ class Zygote:
                 for sig in self.harness.FATAL_BY_DEFAULT:
                     _signal.signal(sig, die)
             elif not self.namespaces:
-                os.setsid()
                 # no namespace ends this run with its worker: the kernel must
                 _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            # a session and process group of the run's own: E was in the worker's, and a
+            # program's kill(0, SIGKILL) took the worker with it (infra, found by review)
+            os.setsid()
             os.chdir(cwd or self.workdir)
             _signal.signal(_signal.SIGINT, _signal.default_int_handler)
             _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)  # the zygote ignores it
