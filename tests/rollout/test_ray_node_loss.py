@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -89,8 +90,9 @@ def _on_node(pid: int, node: Any) -> bool:
 
 
 async def test_a_lost_node_without_room_for_a_replacement_does_not_hang(
-    cluster: tuple[Cluster, Any],
+    cluster: tuple[Cluster, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="codegym.rollout")
     c, worker = cluster
     with FakeOpenAIServer(latency_s=0.3) as srv:
         ex = RayExecutor(
@@ -120,13 +122,18 @@ async def test_a_lost_node_without_room_for_a_replacement_does_not_hang(
             c.remove_node(worker, allow_graceful=False)
             groups = await run  # the live actor ran the lost one's episodes meanwhile
             # and the replacement, which no node has room for, is given up within its bound
-            await await_until(
-                lambda: ex.stats["slots_retired"] == 1, timeout=60, what="the slot retired"
-            )
+            try:
+                await await_until(
+                    lambda: ex.stats["slots_retired"],
+                    timeout=60,
+                    what="the slot retired",
+                )
+            except TimeoutError as e:  # say what the executor did, not only what it did not
+                raise AssertionError(f"{e}; stats {ex.stats}; log:\n{caplog.text}") from e
             stats = dict(ex.stats)
     s = engine.stats.summary()
     assert s["requested"] == s["scored"] + s["excluded_total"] == 32, s
     assert s["scored"] == 32, s  # the lost node's episodes ran again on the live actor
     assert len(groups) == 8
-    assert stats["actor_deaths"] == 1 and stats["slots_retired"] == 1, stats
+    assert stats["actor_deaths"] == 1 and stats["slots_retired"] == 1, (stats, caplog.text)
     assert stats["redispatched"] >= 4, stats

@@ -117,6 +117,25 @@ async def test_single_test_that_exits_early_does_not_pass(sandbox: Sandbox) -> N
     assert not r.tests[0].passed and not r.passed
 
 
+async def test_an_assert_test_s_program_killed_by_its_own_sigkill_is_not_memory(
+    sandbox: Sandbox,
+) -> None:
+    """Only the memory limit makes ``memory``; a SIGKILL the program sends itself is
+    ``killed`` (every SIGKILL of an assert test's program used to read as memory)."""
+    code = (
+        "import os, signal\n"
+        "def f():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "def g():\n    x = bytearray(600 << 20); x[::4096] = b'1' * len(x[::4096])\n"
+    )
+    tests = [AssertTest("assert f() is None"), AssertTest("assert g() is None")]
+    r = await sandbox.run_tests(code, tests, limits=SMALL)
+    # "killed", or "error" (ended before the test finished) when the zygote's own kill of
+    # a program whose test is over raced the program's: a failure either way, not memory
+    assert r.tests[0].verdict in ("killed", "error") and not r.tests[0].passed, r.tests
+    assert "9" in r.tests[0].detail or "SIGKILL" in r.tests[0].detail, r.tests
+    assert r.tests[1].verdict == "memory", r.tests
+
+
 async def test_io_batch_compares_exact_tokens_and_floats(sandbox: Sandbox) -> None:
     code = "a, b = map(float, input().split())\nprint(a / b)\n"
     tests = [

@@ -360,7 +360,7 @@ class RayExecutor:
             except TimeoutError:
                 log.warning("ray executor: actors did not close in time; killing them")
             for h in handles:
-                ray.kill(h)
+                _kill(h)
         for w in self._waiters:
             if not w.done():
                 w.set_exception(EpisodeFailure("infra", "the Ray executor was closed"))
@@ -493,8 +493,8 @@ class RayExecutor:
         self._gen[slot] += 1
         self.stats["actor_deaths"] += 1
         dead = self._handles[slot]
-        ray.kill(dead)  # an "unavailable" actor may come back: make sure it cannot answer
         self._alive[slot] = False  # no work until a replacement is ready
+        _kill(dead)  # an "unavailable" actor may come back: make sure it cannot answer
         if self.stats["actor_restarts"] < self.options.max_actor_restarts:
             self.stats["actor_restarts"] += 1
             self._replacing[slot] = True
@@ -509,12 +509,14 @@ class RayExecutor:
     async def _replace(self, slot: int, gen: int, why: str) -> None:
         """Start a replacement for slot's dead actor; retire the slot if the cluster cannot
         place it within ``replace_timeout_s`` (the node is gone and no other has room)."""
-        handle = self._spawn()
+        handle = None
         try:
             async with asyncio.timeout(self.options.replace_timeout_s):
+                handle = self._spawn()
                 await handle.ready.remote()
-        except (TimeoutError, ray.exceptions.RayError) as e:
-            ray.kill(handle)
+        except Exception as e:  # noqa: BLE001 - not placed, failed to start, or Ray failed
+            if handle is not None:
+                _kill(handle)
             self._replacing[slot] = False
             self.stats["slots_retired"] += 1
             what = "not placed" if isinstance(e, TimeoutError) else f"failed: {_short(e)}"
@@ -526,7 +528,7 @@ class RayExecutor:
             self._wake(len(self._waiters))  # waiters see what is left (or that nothing is)
             return
         if self._gen[slot] != gen or not self._handles:  # closed meanwhile
-            ray.kill(handle)
+            _kill(handle)
             return
         self._handles[slot] = handle
         self._replacing[slot] = False
@@ -561,9 +563,23 @@ def _connect(opts: RayOptions) -> bool:
 
 
 def _resources() -> str:
-    free: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
-    total: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    """The cluster's CPUs for a message; never raises (it is called on failure paths)."""
+    try:
+        free: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
+        total: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    except Exception as e:  # noqa: BLE001 - a message on a failure path must not fail
+        return f"unknown free CPUs (Ray did not say: {_short(e, 120)})"
     return f"{free.get('CPU', 0):g} of {total.get('CPU', 0):g} CPUs free"
+
+
+def _kill(handle: Any) -> None:
+    """``ray.kill`` that cannot fail its caller: a death or a replacement must be handled
+    to the end (a raise here left a dead actor's slot open, or a slot neither replaced
+    nor retired)."""
+    try:
+        ray.kill(handle)
+    except Exception as e:  # noqa: BLE001 - logged; the death is handled regardless
+        log.warning("ray executor: could not kill an actor: %s", _short(e))
 
 
 def _short(e: BaseException, limit: int = 300) -> str:
