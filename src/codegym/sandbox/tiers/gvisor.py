@@ -69,14 +69,16 @@ from codegym.sandbox import _cgroups
 from codegym.sandbox.tier import (
     BASE_ENV,
     DEFAULT_PRELOAD,
-    ZYGOTE_FILES,
+    ZYGOTE_DIR,
     Launch,
     Tier,
     WorkerSpec,
     find_python,
+    zygote_argv,
     zygote_dir,
+    zygote_files,
 )
-from codegym.sandbox.tiers.jail import ETC_FILES, INNER_UID, WORKDIR, ZYGOTE_DIR
+from codegym.sandbox.tiers.jail import ETC_FILES, INNER_UID, WORKDIR
 
 PLATFORM_ENV = "CODEGYM_RUNSC_PLATFORM"
 PROBE_TIMEOUT_S = 30.0
@@ -125,8 +127,8 @@ class GVisorTier(Tier):
         assert self.runsc and self.python
         tmp = Path(tempfile.mkdtemp(prefix=f"codegym-gvisor-{spec.name}-"))
         bundle = tmp / "bundle"
-        args = [self.python, "-s", "-B", f"{ZYGOTE_DIR}/_zygote.py"]
-        binds = {f"{ZYGOTE_DIR}/{f}": str(zygote_dir() / f) for f in ZYGOTE_FILES}
+        args = zygote_argv(self.python, ZYGOTE_DIR)
+        binds = {f"{ZYGOTE_DIR}/{f}": str(zygote_dir() / f) for f in zygote_files()}
         try:
             write_bundle(bundle, args, {**BASE_ENV, "HOME": WORKDIR}, binds)
             cgroup = SandboxCgroup(

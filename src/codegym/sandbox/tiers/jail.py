@@ -26,12 +26,14 @@ from codegym.sandbox.images.layers import layer_owner
 from codegym.sandbox.tier import (
     BASE_ENV,
     DEFAULT_PRELOAD,
+    ZYGOTE_DIR,
     Launch,
     Tier,
     WorkerSpec,
     claim_uid,
     find_python,
     sandbox_uid,
+    zygote_argv,
     zygote_memfds,
 )
 
@@ -46,7 +48,6 @@ ETC_FILES = (
     "nsswitch.conf",
     "os-release",
 )
-ZYGOTE_DIR = "/opt/codegym"
 WORKDIR = "/work"
 
 
@@ -117,7 +118,7 @@ class JailTier(Tier):
         for name in ETC_FILES:
             argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
         memfds = zygote_memfds()
-        argv += ["--perms", "0755", "--dir", ZYGOTE_DIR]
+        argv += ["--perms", "0755", "--dir", ZYGOTE_DIR, "--dir", f"{ZYGOTE_DIR}/__pycache__"]
         for f, fd in memfds.items():
             argv += ["--perms", "0444", "--file", str(fd), f"{ZYGOTE_DIR}/{f}"]
         inner_procs = []
@@ -136,7 +137,7 @@ class JailTier(Tier):
             argv += ["--dir", WS_RUN, "--dir", WS_KEEP, "--ro-bind", spec.layers, WS_LAYERS]
         # the jail's own root, /dev and mount points must not carry state between runs
         argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
-        argv += ["--chdir", "/", self.python, "-s", "-B", f"{ZYGOTE_DIR}/_zygote.py"]
+        argv += ["--chdir", "/", *zygote_argv(self.python, ZYGOTE_DIR)]
         config = {
             "namespaces": True,
             "workdir": WORKDIR,

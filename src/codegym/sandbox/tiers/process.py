@@ -21,6 +21,7 @@ from codegym.sandbox.tier import (
     WorkerSpec,
     claim_uid,
     find_python,
+    zygote_argv,
     zygote_dir,
 )
 
@@ -59,7 +60,7 @@ class ProcessTier(Tier):
             "rlimit_as": True,
             "nproc": True,
         }
-        argv = [self.python, "-s", "-B", str(zygote_dir() / "_zygote.py")]
+        argv = zygote_argv(self.python, str(zygote_dir()))
         return Launch(
             argv=argv, env=dict(BASE_ENV), config=config, uid=uid, cleanup=[work], uid_lock=lock
         )
