@@ -1,7 +1,10 @@
 """The fork server that runs inside a sandbox worker (standard library only).
 
-This file is executed by the *jail's* interpreter (the system Python by default), not
-imported by codegym. It reads length-prefixed frames on stdin and answers on stdout.
+This file runs in the *jail's* interpreter (the system Python by default), never in
+codegym's process. The worker imports it (``tier.zygote_argv``: from bytecode the host
+compiled, ``tier.zygote_files``; compiling here left megabytes of heap that every run's
+fork and exit paid for) and calls ``main``, which reads length-prefixed frames on stdin
+and answers on stdout.
 
 Per execution it builds this process tree::
 
