@@ -18,6 +18,7 @@ import re
 import shutil
 import sys
 import tempfile
+import types
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,10 +106,11 @@ def zygote_dir() -> Path:
     cannot enter (a clone in a 0700 temp dir, /root). Removed when the process exits.
     """
     d = Path(tempfile.mkdtemp(prefix=f"codegym_zygote_{os.getpid()}_"))
-    for name, data in zygote_files().items():
-        (d / name).parent.mkdir(mode=0o755, exist_ok=True)
+    (d / "__pycache__").mkdir(mode=0o700)
+    for name, data in zygote_files().items():  # (d stays 0700 until all are written)
         (d / name).write_bytes(data)
         os.chmod(d / name, 0o644)
+    os.chmod(d / "__pycache__", 0o755)
     os.chmod(d, 0o755)
     atexit.register(shutil.rmtree, d, True)
     return d
@@ -151,21 +153,30 @@ def zygote_files() -> dict[str, bytes]:
 
 def _bytecode(name: str, source: bytes) -> bytes:
     """``name``'s checked-hash .pyc: the package's own cached one when it matches the
-    source, else compiled here and cached there if the folder is writable (compiling
-    all the zygote's files costs the first run about 0.1 s)."""
+    source and loads, else compiled here (about 0.1 s for all the zygote's files) and
+    cached there, unless bytecode must not be written or the folder is read-only.
+
+    Every later worker runs what is cached, as does this process when it imports the
+    module, so the file is made 0644 whatever the umask (a world-writable one was
+    rewritten by a ``process``-tier program under ``umask 000``; found by review)."""
     head = importlib.util.MAGIC_NUMBER + (0b11).to_bytes(4, "little")  # hash-based, checked
     head += importlib.util.source_hash(source)
-    cached = Path(importlib.util.cache_from_source(str(PACKAGE_DIR / name)))
-    with contextlib.suppress(OSError):
+    # never an optimised name: the zygote's asserts stay (compiled with optimize=0)
+    cached = Path(importlib.util.cache_from_source(str(PACKAGE_DIR / name), optimization=""))
+    with contextlib.suppress(OSError, EOFError, ValueError, TypeError):
         data = cached.read_bytes()
-        if data.startswith(head):
-            return data
+        if data.startswith(head) and isinstance(marshal.loads(data[16:]), types.CodeType):
+            return data  # (a cut or corrupt body is compiled again, not handed on)
     code = compile(source, f"{ZYGOTE_DIR}/{name}", "exec", dont_inherit=True, optimize=0)
     data = head + marshal.dumps(code)
+    if sys.dont_write_bytecode:
+        return data
     part = cached.with_name(f"{cached.name}.{os.getpid()}.part")
     try:
-        cached.parent.mkdir(exist_ok=True)
-        part.write_bytes(data)
+        cached.parent.mkdir(mode=0o755, exist_ok=True)
+        with open(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as f:
+            os.fchmod(f.fileno(), 0o644)  # not the umask's say
+            f.write(data)
         os.replace(part, cached)
     except OSError:  # a read-only install: compiled again next time
         with contextlib.suppress(OSError):
