@@ -18,7 +18,6 @@ import re
 import shutil
 import sys
 import tempfile
-import types
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,10 +133,10 @@ def zygote_memfds() -> dict[str, int]:
 @functools.cache
 def zygote_files() -> dict[str, bytes]:
     """Each zygote file by its path in the zygote's folder: the sources, and each one's
-    bytecode in ``__pycache__`` (a checked-hash ``.pyc``, PEP 552).
+    bytecode in ``__pycache__`` (a checked-hash ``.pyc``, PEP 552), made once a process.
 
     The worker's interpreter imports the bytecode instead of compiling the sources (its
-    flags forbid writing a cache), and compiling left about 3 MB of freed but retained
+    flags forbid writing a cache), and compiling left about 5 MB of freed but retained
     heap in every zygote: memory each run's fork copies the page tables of and each
     run's exit unmaps. A worker whose interpreter has another cache tag or magic number
     ignores the files and compiles as before.
@@ -152,36 +151,17 @@ def zygote_files() -> dict[str, bytes]:
 
 
 def _bytecode(name: str, source: bytes) -> bytes:
-    """``name``'s checked-hash .pyc: the package's own cached one when it matches the
-    source and loads, else compiled here (about 0.1 s for all the zygote's files) and
-    cached there, unless bytecode must not be written or the folder is read-only.
+    """``name``'s checked-hash .pyc, compiled in this process (about 0.1 s for all the
+    zygote's files, once per process: what each worker used to spend on its own).
 
-    Every later worker runs what is cached, as does this process when it imports the
-    module, so the file is made 0644 whatever the umask (a world-writable one was
-    rewritten by a ``process``-tier program under ``umask 000``; found by review)."""
+    Never cached on disk: every later worker would run what a cache holds, and a cache
+    folder another uid could write (CPython makes ``__pycache__`` 0777 under ``umask
+    000``) let a ``process``-tier program replace the bytecode (found by review)."""
     head = importlib.util.MAGIC_NUMBER + (0b11).to_bytes(4, "little")  # hash-based, checked
     head += importlib.util.source_hash(source)
-    # never an optimised name: the zygote's asserts stay (compiled with optimize=0)
-    cached = Path(importlib.util.cache_from_source(str(PACKAGE_DIR / name), optimization=""))
-    with contextlib.suppress(OSError, EOFError, ValueError, TypeError):
-        data = cached.read_bytes()
-        if data.startswith(head) and isinstance(marshal.loads(data[16:]), types.CodeType):
-            return data  # (a cut or corrupt body is compiled again, not handed on)
+    # optimize=0 whatever this process's -O: the zygote's asserts stay
     code = compile(source, f"{ZYGOTE_DIR}/{name}", "exec", dont_inherit=True, optimize=0)
-    data = head + marshal.dumps(code)
-    if sys.dont_write_bytecode:
-        return data
-    part = cached.with_name(f"{cached.name}.{os.getpid()}.part")
-    try:
-        cached.parent.mkdir(mode=0o755, exist_ok=True)
-        with open(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as f:
-            os.fchmod(f.fileno(), 0o644)  # not the umask's say
-            f.write(data)
-        os.replace(part, cached)
-    except OSError:  # a read-only install: compiled again next time
-        with contextlib.suppress(OSError):
-            part.unlink(missing_ok=True)
-    return data
+    return head + marshal.dumps(code)
 
 
 def zygote_argv(python: str, folder: str) -> list[str]:
