@@ -73,7 +73,10 @@ async def test_cpu_through_helpers_in_an_assert_test(sb: Sandbox, clean: Clean, 
     r = await sb.run_tests(code, [AssertTest("assert f() == 1")], limits=CPU)
     (t,) = r.tests
     assert (t.passed, t.verdict) == (False, Verdict.TIMEOUT), (name, t)
-    assert t.cpu_s is not None and t.cpu_s > CPU.cpu_s, t
+    # the helpers' CPU is counted (the main thread burns none); RLIMIT_CPU's kill, which
+    # counts in ticks, can land just before the slot's counter passes the limit (0.996 s
+    # seen in CI beside two busy loops)
+    assert t.cpu_s is not None and t.cpu_s >= 0.9 * CPU.cpu_s, t
     await clean()
 
 
