@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +38,26 @@ def test_help_imports_no_command_module() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert "score" in out.stdout and "tasks" in out.stdout  # the listing itself
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_scoring_a_plain_suite_imports_no_pydantic(tmp_path: Path) -> None:
+    """pydantic costs about 0.2 s to import, a third of the wait before ``score``'s first
+    sandbox run (issue 19): the options' parsing and the suite's loading must not need it.
+    (typer 0.29 validates every option with pydantic; pyproject.toml keeps it below.)"""
+    probe = (
+        "import sys\n"
+        "from codegym.cli.app import app\n"
+        "try:\n"
+        f"    app(['score', {str(tmp_path / 'absent.jsonl')!r}, '--out', 'r.jsonl'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('pydantic')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert "cannot read samples file" in out.stdout + out.stderr  # it got past the parsing
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 

@@ -18,8 +18,9 @@ import pytest_asyncio
 from codegym.sandbox import HostUnsupported, Sandbox
 from codegym.sandbox.images import ImageNotFound, ImageStore
 from codegym.tasks import DatasetError, load_suite
+from codegym.tasks.swe.files import OFFLINE_FILE
 from codegym.tasks.swe.grade import grade
-from codegym.tasks.swe.task import OFFLINE_FILE, SweTask, load_tasks, swe_of
+from codegym.tasks.swe.task import SweTask, load_tasks, swe_of
 from jail import no_jail
 
 in_module_loop = pytest.mark.asyncio(loop_scope="module")

@@ -260,8 +260,9 @@ def _images_for(tasks: list[Any], suite: str) -> Any:
         return environment_store(tasks)
     from codegym.sandbox.images import ImageError, ImageStore
     from codegym.tasks import DatasetError
+    from codegym.tasks.swe.files import task_file
     from codegym.tasks.swe.score import ensure_images
-    from codegym.tasks.swe.task import swe_of, task_file
+    from codegym.tasks.swe.task import swe_of
 
     store = ImageStore()
     try:

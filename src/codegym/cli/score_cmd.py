@@ -164,7 +164,7 @@ def score(
     """
     if on_bad_line not in ("skip", "stop"):
         fail("--on-bad-line must be 'skip' or 'stop'")
-    from codegym.tasks.swe.task import task_file
+    from codegym.tasks.swe.files import task_file
 
     repo_tasks = task_file(suite)
     if repo_tasks is not None:

@@ -136,9 +136,10 @@ def prepare(
     from codegym.sandbox import HostUnsupported, Sandbox, SandboxError
     from codegym.sandbox.images import ImageError, ImageStore
     from codegym.tasks import DatasetError
+    from codegym.tasks.swe.files import task_file
     from codegym.tasks.swe.grade import task_state
     from codegym.tasks.swe.score import ensure_images
-    from codegym.tasks.swe.task import load_tasks, task_file
+    from codegym.tasks.swe.task import load_tasks
 
     tasks_file = task_file(suite)
     if tasks_file is None:

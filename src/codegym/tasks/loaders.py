@@ -396,9 +396,11 @@ def _resolve_suite(
         return load_synthetic(spec)
     path = Path(spec)
     if path.is_file():
-        from codegym.tasks.swe.task import as_taskset, is_task_file
+        from codegym.tasks.swe.files import is_task_file
 
         if format in (None, "swe") and is_task_file(path):  # repository tasks (SWE-style)
+            from codegym.tasks.swe.task import as_taskset
+
             ts = as_taskset(path)
             if sha256 is not None:
                 check_sha256_of(ts, sha256)
@@ -424,7 +426,8 @@ def check_sha256_of(ts: TaskSet, expected: str) -> None:
 
 
 def _load_swe_offline() -> TaskSet:
-    from codegym.tasks.swe.task import OFFLINE_FILE, as_taskset
+    from codegym.tasks.swe.files import OFFLINE_FILE
+    from codegym.tasks.swe.task import as_taskset
 
     return as_taskset(OFFLINE_FILE)  # type: ignore[no-any-return]
 

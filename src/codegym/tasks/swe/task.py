@@ -19,11 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from codegym.tasks.swe.files import OFFLINE, OFFLINE_FILE
 from codegym.tasks.taskset import DatasetError
-
-OFFLINE = "swe-offline"
-"""The suite name of the shipped task set (312 tasks over 13 packages, see docs/swe.md)."""
-OFFLINE_FILE = Path(__file__).with_name("data") / "swe-offline-v1.jsonl.gz"
 
 
 class SweTask(BaseModel):
@@ -58,15 +55,6 @@ class SweTask(BaseModel):
     @classmethod
     def _ids(cls, v: Any) -> Any:
         return json.loads(v) if isinstance(v, str) else v
-
-
-def task_file(suite: str | Path) -> Path | None:
-    """The repository task file a suite names: the shipped set by its name (``swe-offline``),
-    else the path when it is a task file; None otherwise."""
-    if str(suite) == OFFLINE:
-        return OFFLINE_FILE
-    p = Path(suite)
-    return p if p.is_file() and is_task_file(p) else None
 
 
 def load_tasks(path: str | Path) -> list[SweTask]:
@@ -109,20 +97,6 @@ def _decode(p: Path, raw: bytes) -> str:
 
         return gzip.decompress(raw).decode()
     return raw.decode()
-
-
-def is_task_file(path: str | Path) -> bool:
-    """Whether the file's first object has a repository task's fields."""
-    import gzip
-
-    p = Path(path)
-    try:
-        with gzip.open(p, "rt") if p.name.endswith(".gz") else open(p) as f:
-            first = next((line for line in f if line.strip()), "")
-        keys = set(json.loads(first))
-    except (OSError, EOFError, ValueError, TypeError):
-        return False
-    return {"instance_id", "FAIL_TO_PASS", "patch"} <= keys
 
 
 def dump_tasks(tasks: list[SweTask], path: str | Path) -> None:
