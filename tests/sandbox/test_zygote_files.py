@@ -7,14 +7,17 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from codegym.sandbox import _bytecode, tier
+from codegym.sandbox import _bytecode, tier, tiers
 
 pytestmark = pytest.mark.skipif(tier.find_python() is None, reason="no system Python")
 
@@ -56,12 +59,15 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the cache is kept only
 
 
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The bytecode cache, under a folder of this test's own."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+def cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The bytecode cache, under a folder of this test's own in the home (not in /tmp,
+    which others can write: the cache is not kept under it)."""
+    home = Path(tempfile.mkdtemp(prefix="codegym-test-", dir=Path.home()))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "xdg"))
     folder = _bytecode.cache_folder()
-    assert folder is not None and folder.parent.parent == tmp_path / "xdg"
-    return folder
+    assert folder is not None and folder.parent.parent == home / "xdg"
+    yield folder
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def _compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -154,6 +160,18 @@ def test_a_cache_that_is_not_root_s_alone_or_not_whole_is_not_run(
     assert made == [NAME]
 
 
+@root_only
+def test_no_cache_under_a_folder_others_can_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/tmp is sticky, but another user can mount FUSE there and claim any owner."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    made = _compiles(monkeypatch)
+    _bytecode.compiled("_m.py", SOURCE, NAME)
+    _bytecode.compiled("_m.py", SOURCE, NAME)
+    assert made == [NAME, NAME] and not (tmp_path / "xdg").exists()
+
+
 def test_as_another_user_nothing_is_cached(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Not root: a ``process``-tier program runs as this very uid and could write it."""
     monkeypatch.setattr(_bytecode.os, "geteuid", lambda: 1000)
@@ -176,3 +194,18 @@ def test_no_home_means_compiled_every_time(monkeypatch: pytest.MonkeyPatch) -> N
     made = _compiles(monkeypatch)
     _bytecode.compiled("_m.py", SOURCE, NAME)
     assert made == [NAME]
+
+
+@root_only
+@pytest.mark.parametrize("value", ["0", "999", "-5", "64055x", str((1 << 32) - 100)])
+def test_sandbox_uids_that_reach_root_or_a_system_uid_are_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """Programs running as root (``CODEGYM_SANDBOX_UID=0``) could write root's cache and
+    plant code every later run executes (found by review); the pool refuses to start."""
+    monkeypatch.setenv("CODEGYM_SANDBOX_UID", value)
+    for name in ("jail", "process"):
+        problems = tiers.make_tier(name, None).problems()
+        assert any(f"CODEGYM_SANDBOX_UID={value!r}" in p for p in problems), (name, problems)
+    monkeypatch.setenv("CODEGYM_SANDBOX_UID", "64055")
+    assert tier.uid_problem() is None

@@ -4,11 +4,11 @@ Compiling the zygote's ~3,500 lines takes 50–80 ms, and every process that sta
 paid it (a tenth of ``codegym score``'s wait for its first run). Every worker runs what
 this returns, so a cache of it is trusted code: whoever can write it forges every later
 verdict. So the cache is kept only when codegym runs as root, whose sandboxed programs
-run as other uids in every tier (as another user, a ``process``-tier program runs as that
-user and could write it; a review planted code that way). It lives in
-``$XDG_CACHE_HOME/codegym/zygote-bytecode`` (else ``~/.cache/...``), reached from ``/``
+run as other uids in every tier (``sandbox_uid`` refuses system uids; as another user, a
+``process``-tier program runs as that user and could write it: a review planted code so).
+It lives in ``$XDG_CACHE_HOME/codegym/zygote-bytecode`` (else ``~/.cache/...``), reached from ``/``
 one folder at a time without following links, every folder on the way root's and not
-writable by others unless sticky (as OpenSSH's StrictModes), the last one ``0700``; its
+writable by others (as OpenSSH's StrictModes: so not under ``/tmp``), the last ``0700``; its
 files are opened through that folder's descriptor, must be root's regular files writable
 by no one else, and carry a sha256 of their contents, checked before anything is
 unmarshalled. Any doubt and the code is compiled here, as before.
@@ -85,8 +85,8 @@ def _folder() -> int | None:
             fd = child
             st = os.fstat(fd)
             last = depth == len(parts) - 1
-            shut = stat.S_IMODE(st.st_mode) & (0o077 if last else 0o022) == 0
-            if st.st_uid != 0 or not (shut or (not last and st.st_mode & stat.S_ISVTX)):
+            # no exception for sticky folders (/tmp): another user may mount FUSE there
+            if st.st_uid != 0 or stat.S_IMODE(st.st_mode) & (0o077 if last else 0o022):
                 raise PermissionError(f"{path}: {part} is not root's alone")
         return fd
     except OSError:
@@ -121,7 +121,7 @@ def _sound(data: bytes, head: bytes, filename: str) -> bool:
         return False
     try:
         code = marshal.loads(data[len(head) :])
-    except (EOFError, ValueError, TypeError, SystemError):  # SystemError: some bad bytes
+    except (EOFError, ValueError, TypeError, SystemError, MemoryError, RecursionError):
         return False
     return isinstance(code, types.CodeType) and code.co_filename == filename
 

@@ -187,8 +187,33 @@ def sweep_stale() -> int:
 
 
 def sandbox_uid() -> int:
-    """The first of the unprivileged host uids sandboxed programs run as (as root)."""
-    return int(os.environ.get("CODEGYM_SANDBOX_UID", "64055"))
+    """The first of the unprivileged host uids sandboxed programs run as (as root).
+
+    Raises:
+        SandboxInputError: ``CODEGYM_SANDBOX_UID`` is not a uid, or its span (and the
+            layer owner's uid after it) reaches a system uid (below 1000: root's would let
+            a program plant code every later run executes) or past the last uid.
+    """
+    raw = os.environ.get("CODEGYM_SANDBOX_UID", "64055")
+    uid = int(raw) if raw.strip().isdigit() else -1
+    if not 1000 <= uid <= (1 << 32) - 3 - UID_SPAN:
+        raise SandboxInputError(
+            f"CODEGYM_SANDBOX_UID={raw!r}: sandboxed programs need {UID_SPAN + 1} unused "
+            f"unprivileged uids from it, none a system uid (below 1000); unset it for "
+            "the default 64055"
+        )
+    return uid
+
+
+def uid_problem() -> str | None:
+    """Why the sandbox uids cannot be used (as root), or None."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        sandbox_uid()
+    except SandboxInputError as e:
+        return str(e)
+    return None
 
 
 def sandbox_uids() -> range:

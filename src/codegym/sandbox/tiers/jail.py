@@ -33,6 +33,7 @@ from codegym.sandbox.tier import (
     claim_uid,
     find_python,
     sandbox_uid,
+    uid_problem,
     zygote_argv,
     zygote_memfds,
 )
@@ -64,6 +65,8 @@ class JailTier(Tier):
             missing.append("bubblewrap is not installed (apt-get install bubblewrap)")
         if not self.python:
             missing.append("no system Python at /usr/bin/python3 (apt-get install python3)")
+        if uids := uid_problem():
+            return [*missing, uids]  # (the check below runs bwrap as that uid)
         if self.bwrap and not _userns_ok(self.bwrap):
             missing.append(
                 "unprivileged user namespaces are disabled "

@@ -21,6 +21,7 @@ from codegym.sandbox.tier import (
     WorkerSpec,
     claim_uid,
     find_python,
+    uid_problem,
     zygote_argv,
     zygote_dir,
 )
@@ -33,7 +34,10 @@ class ProcessTier(Tier):
         self.python = find_python(python)
 
     def problems(self) -> list[str]:
-        return [] if self.python else ["no Python interpreter found for the sandbox"]
+        missing = [] if self.python else ["no Python interpreter found for the sandbox"]
+        if uids := uid_problem():
+            missing.append(uids)
+        return missing
 
     @property
     def warning(self) -> str | None:
