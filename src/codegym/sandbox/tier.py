@@ -14,6 +14,7 @@ import functools
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 from abc import ABC, abstractmethod
@@ -230,18 +231,31 @@ def claim_uid() -> tuple[int, int]:
     ends when the holder closes it, or dies (``kill -9`` included).
 
     Raises:
-        OSError: every uid of the span is taken (more than ``UID_SPAN`` live workers).
+        OSError: every uid of the span is taken (more than ``UID_SPAN`` live workers), or
+            the lock folder is not ours alone (another uid made it first: in a shared /tmp
+            it could hold every lock or point them anywhere).
     """
     locks = Path(tempfile.gettempdir()) / "codegym-uids"
     locks.mkdir(mode=0o700, exist_ok=True)
-    for uid in sandbox_uids():
-        fd = os.open(locks / str(uid), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        return uid, fd
+    folder = os.open(locks, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(folder)
+        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+            raise PermissionError(
+                f"{locks} is not this user's alone (uid {st.st_uid}, mode "
+                f"{stat.S_IMODE(st.st_mode):o}); remove it and start again"
+            )
+        for uid in sandbox_uids():
+            flags = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(str(uid), flags, 0o600, dir_fd=folder)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return uid, fd
+    finally:
+        os.close(folder)
     raise OSError(f"all {UID_SPAN} sandbox uids from {sandbox_uid()} are in use")
 
 
