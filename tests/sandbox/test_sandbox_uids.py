@@ -15,7 +15,7 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="uids are claimed only 
 
 
 @root_only
-@pytest.mark.parametrize("value", ["0", "999", "-5", "64055x", str((1 << 32) - 100)])
+@pytest.mark.parametrize("value", ["0", "999", "-5", "64055x", "²", str((1 << 32) - 100)])
 def test_sandbox_uids_that_reach_root_or_a_system_uid_are_refused(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:

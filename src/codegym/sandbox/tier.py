@@ -195,8 +195,11 @@ def sandbox_uid() -> int:
             layer owner's uid after it) reaches a system uid (below 1000: root's would let
             a program plant code every later run executes) or past the last uid.
     """
-    raw = os.environ.get("CODEGYM_SANDBOX_UID", "64055")
-    uid = int(raw) if raw.strip().isdigit() else -1
+    raw = os.environ.get("CODEGYM_SANDBOX_UID") or "64055"  # set but empty: the default
+    try:
+        uid = int(raw)
+    except ValueError:
+        uid = -1
     if not 1000 <= uid <= (1 << 32) - 3 - UID_SPAN:
         raise SandboxInputError(
             f"CODEGYM_SANDBOX_UID={raw!r}: sandboxed programs need {UID_SPAN + 1} unused "
