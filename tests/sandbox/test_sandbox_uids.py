@@ -4,7 +4,6 @@ folder no program can have made."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,12 +34,21 @@ def test_uid_locks_in_a_folder_another_uid_made_are_refused(
 ) -> None:
     """A program (process tier) that made the lock folder first in a shared /tmp could
     hold every uid's lock or point the lock files at root's files (found by review)."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     locks = tmp_path / "codegym-uids"
-    locks.mkdir(mode=0o700)
-    os.chown(locks, 1000, 1000)
-    with pytest.raises(PermissionError, match="not this user's alone"):
-        tier.claim_uid()
+    monkeypatch.setattr(tier, "UID_LOCKS", locks)
+    for planted in ("a link", "a file", "another uid's folder"):
+        if planted == "a link":
+            (tmp_path / "theirs").mkdir(mode=0o700)
+            locks.symlink_to(tmp_path / "theirs")
+        elif planted == "a file":
+            locks.write_bytes(b"")
+        else:
+            locks.mkdir(mode=0o700)
+            os.chown(locks, 1000, 1000)
+        with pytest.raises(PermissionError, match="not a folder of this user's alone"):
+            tier.claim_uid()
+        if planted != "another uid's folder":
+            locks.unlink()
     os.chown(locks, 0, 0)
     victim = tmp_path / "victim"
     first = tier.sandbox_uid()

@@ -225,6 +225,13 @@ def sandbox_uids() -> range:
     return range(sandbox_uid(), sandbox_uid() + UID_SPAN)
 
 
+UID_LOCKS = Path("/run/codegym-uids")
+"""Where workers' uid claims are kept (``claim_uid``): root's ``/run``, not ``$TMPDIR``, so
+no program can make the folder first in a shared ``/tmp`` and pools with different
+``TMPDIR``s do not hand out the same uids (both found by review); ``$TMPDIR`` on hosts
+without ``/run``."""
+
+
 def claim_uid() -> tuple[int, int]:
     """A host uid no other live worker on this host runs as, and the lock that holds it.
 
@@ -238,14 +245,20 @@ def claim_uid() -> tuple[int, int]:
             the lock folder is not ours alone (another uid made it first: in a shared /tmp
             it could hold every lock or point them anywhere).
     """
-    locks = Path(tempfile.gettempdir()) / "codegym-uids"
-    locks.mkdir(mode=0o700, exist_ok=True)
-    folder = os.open(locks, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    locks = UID_LOCKS if UID_LOCKS.parent.is_dir() else Path(tempfile.gettempdir()) / "codegym-uids"
+    try:
+        locks.mkdir(mode=0o700, exist_ok=True)
+        folder = os.open(locks, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:  # a link, a file or a FIFO of that name
+        raise PermissionError(
+            f"{locks} is not a folder of this user's alone ({e.strerror}); remove it and "
+            "start again"
+        ) from None
     try:
         st = os.fstat(folder)
         if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
             raise PermissionError(
-                f"{locks} is not this user's alone (uid {st.st_uid}, mode "
+                f"{locks} is not a folder of this user's alone (uid {st.st_uid}, mode "
                 f"{stat.S_IMODE(st.st_mode):o}); remove it and start again"
             )
         for uid in sandbox_uids():
