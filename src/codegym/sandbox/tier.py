@@ -151,8 +151,8 @@ def zygote_files() -> dict[str, bytes]:
 
 
 def _bytecode(name: str, source: bytes) -> bytes:
-    """``name``'s checked-hash .pyc, compiled once per user (about 0.08 s for all the
-    zygote's files) and cached where only that user can write (see ``_bytecode``)."""
+    """``name``'s checked-hash .pyc (50–80 ms for all the zygote's files to compile),
+    cached when codegym runs as root where only root can write (see ``_bytecode``)."""
     return _bytecode_cache.compiled(name, source, f"{ZYGOTE_DIR}/{name}")
 
 
