@@ -13,7 +13,7 @@ import struct
 from typing import Any
 
 from codegym.errors import CodegymError
-from codegym.sandbox.tier import Launch, Tier, WorkerSpec
+from codegym.sandbox.tier import Launch, Tier, WorkerSpec, kill_uid
 
 _HDR = struct.Struct(">I")
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -172,6 +172,9 @@ class Worker:
         if self.launch is not None:
             if self.launch.cgroup is not None:
                 await asyncio.to_thread(self.launch.cgroup.remove)
+            held = self.launch.uid_lock is not None  # (a uid another worker holds is not ours)
+            if held and self.launch.kill_uid and self.launch.uid is not None:
+                await asyncio.to_thread(kill_uid, self.launch.uid)  # before its folders go
             for path in self.launch.cleanup:
                 shutil.rmtree(path, ignore_errors=True)
             if self.launch.uid_lock is not None:

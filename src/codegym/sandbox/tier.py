@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 from abc import ABC, abstractmethod
@@ -95,6 +96,9 @@ class Launch:
     """Descriptors the worker process inherits; closed here once it has started."""
     uid_lock: int | None = None
     """The claim on ``uid`` (see ``claim_uid``), released when the worker stops."""
+    kill_uid: bool = False
+    """Kill every process of ``uid`` before its claim is released (``kill_uid``): for tiers
+    whose programs can outlive their worker (no pid namespace to end them)."""
 
 
 @functools.cache
@@ -273,6 +277,37 @@ def claim_uid() -> tuple[int, int]:
     finally:
         os.close(folder)
     raise OSError(f"all {UID_SPAN} sandbox uids from {sandbox_uid()} are in use")
+
+
+def kill_uid(uid: int) -> None:
+    """Kill every process of the sandbox uid ``uid`` (as root; never the caller's own).
+
+    A process-tier program that double-forks and calls ``setsid`` leaves its run's process
+    group; it would live on as ``uid`` and could meddle with the runs of whichever worker
+    claims ``uid`` next (found by review). ``kill(-1, SIGKILL)`` sent as ``uid`` reaches
+    exactly the processes that uid may signal (every process whose real or saved uid it
+    is, setuid programs it started included) but the sender, and a fork racing it fails
+    once its parent has the signal pending. Repeated while it finds any, at most 50 times
+    (zombies an unreaping parent keeps count as found).
+
+    Raises:
+        ValueError: ``uid`` is not one of the sandbox's uids.
+    """
+    if uid not in sandbox_uids() or uid == os.getuid():
+        raise ValueError(f"uid {uid} is not a sandbox uid; refusing to kill its processes")
+    sweep = "i=0; while [ $i -lt 50 ] && kill -s KILL -- -1 2>/dev/null; do i=$((i+1)); done"
+    subprocess.run(
+        ["/bin/sh", "-c", sweep],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        env={"PATH": BASE_ENV["PATH"]},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=30,
+        check=False,
+    )
 
 
 def find_python(explicit: str | None = None) -> str | None:

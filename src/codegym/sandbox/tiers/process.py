@@ -3,7 +3,9 @@
 For hosts without user namespaces or cgroups only. Threat model: almost nothing is
 covered. The program runs as an unprivileged uid when codegym runs as root (otherwise as
 the calling user, who can read their own files), shares the host's network, file system
-and process table; a daemon that calls setsid escapes the kill; memory is bounded only by
+and process table; a daemon that calls setsid escapes the run's kill and lives as long as
+its worker (as root, every process of the worker's uid is killed when the worker stops and
+before another claims the uid; otherwise it lives on); memory is bounded only by
 RLIMIT_AS. Never the default, and it says so every time it starts.
 """
 
@@ -21,6 +23,7 @@ from codegym.sandbox.tier import (
     WorkerSpec,
     claim_uid,
     find_python,
+    kill_uid,
     uid_problem,
     zygote_argv,
     zygote_dir,
@@ -50,6 +53,8 @@ class ProcessTier(Tier):
     def launch(self, spec: WorkerSpec) -> Launch:
         assert self.python
         uid, lock = claim_uid() if os.geteuid() == 0 else (None, None)
+        if uid is not None:
+            kill_uid(uid)  # what a worker of a killed pool (kill -9) left running as uid
         work = Path(tempfile.mkdtemp(prefix=f"codegym-{spec.name}-"))
         if uid is not None:
             os.chown(work, uid, uid)
@@ -66,5 +71,11 @@ class ProcessTier(Tier):
         }
         argv = zygote_argv(self.python, str(zygote_dir()))
         return Launch(
-            argv=argv, env=dict(BASE_ENV), config=config, uid=uid, cleanup=[work], uid_lock=lock
+            argv=argv,
+            env=dict(BASE_ENV),
+            config=config,
+            uid=uid,
+            cleanup=[work],
+            uid_lock=lock,
+            kill_uid=uid is not None,
         )
