@@ -219,6 +219,29 @@ def test_an_installed_plugin_is_found_by_its_entry_point(tmp_path: Path) -> None
     assert skipped.returncode == 2 and "unknown sandbox tier 'niced'" in _said(skipped)
 
 
+def test_entry_points_are_read_only_where_a_distribution_may_declare_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quick look before ``importlib.metadata``: nothing to find in this environment,
+    a dist-info or egg-info naming the group, and a zip on the path (not judged: yes)."""
+    from codegym._registry import ENTRY_POINT_GROUP, _may_declare
+
+    assert not _may_declare(ENTRY_POINT_GROUP)  # no installed package declares one
+    for kind in ("dist-info", "egg-info"):
+        info = tmp_path / kind / f"pkg-0.1.{kind}"
+        info.mkdir(parents=True)
+        (info / "entry_points.txt").write_text("[console_scripts]\npkg = pkg:main\n")
+        monkeypatch.setattr(sys, "path", [*sys.path, str(info.parent)])
+        assert not _may_declare(ENTRY_POINT_GROUP)  # other groups only
+        (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nmine = pkg\n")
+        assert _may_declare(ENTRY_POINT_GROUP)
+        monkeypatch.undo()
+    wheel = tmp_path / "some.zip"
+    wheel.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip
+    monkeypatch.setattr(sys, "path", [*sys.path, str(wheel)])
+    assert _may_declare(ENTRY_POINT_GROUP)
+
+
 def test_a_plugin_that_fails_to_load_is_named_with_the_fix(tmp_path: Path) -> None:
     """A broken plug-in ends the command with exit 2 and a message naming the module, what
     it raised and where, and how to leave it out; never a traceback. ``codegym --help``
