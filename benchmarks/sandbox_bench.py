@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from codegym.sandbox import Limits, Sandbox
-from codegym.sandbox.tier import sandbox_uids
+from codegym.sandbox._uids import sandbox_uids
 
 SYS_PY = "/usr/bin/python3"
 SANDBOX_UIDS = ",".join(map(str, sandbox_uids()))  # a uid per worker

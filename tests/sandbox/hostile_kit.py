@@ -39,8 +39,8 @@ from codegym.sandbox import (
     Sandbox,
     Verdict,
 )
+from codegym.sandbox._uids import sandbox_uid, sandbox_uids
 from codegym.sandbox.images.layers import layer_owner
-from codegym.sandbox.tier import sandbox_uid, sandbox_uids
 from codegym.testing import await_until
 from workspace_kit import WorkspaceSandbox
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 import time
 import uuid
@@ -142,41 +141,95 @@ async def test_a_setsid_daemon_dies_with_its_worker() -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as another user the tier has no uid of its own")
-async def test_a_claimed_uid_starts_with_no_processes() -> None:
-    """A pool killed with -9 leaves its workers' daemons; the next claim of a uid ends them."""
-    from codegym.sandbox.tier import WorkerSpec, sandbox_uids
-    from codegym.sandbox.tiers.process import ProcessTier
+async def test_a_worker_starts_on_a_uid_with_no_processes() -> None:
+    """A pool killed with -9 leaves its workers' daemons; the next worker to claim one of
+    their uids ends them before it starts, and only that uid's."""
+    from codegym.sandbox._uids import process_uids
 
     marker = f"{uuid.uuid4().int % 10**6 + 3 * 10**6}"
-    uids = list(sandbox_uids())[:8]
     left = {
         uid: subprocess.Popen(
             ["sleep", f"{marker}.{uid}"], user=uid, group=uid, extra_groups=[],
             start_new_session=True,
         )
-        for uid in uids
+        for uid in list(process_uids())[:8]
     }  # fmt: skip
-    launch = None
     try:
-        launch = ProcessTier().launch(WorkerSpec(name="claim-test"))
-        assert launch.uid in left, f"uid {launch.uid} claimed; the first free is expected"
-        assert left[launch.uid].wait(timeout=15) == -9
-        others = [p for uid, p in left.items() if uid != launch.uid]
-        assert all(p.poll() is None for p in others)  # only the claimed uid is swept
+        with pytest.warns(UserWarning, match="NO real isolation"):
+            box = Sandbox(tier="process", workers=1)
+            await box.start()
+        try:
+            r = await box.run_python("import os\nprint(os.getuid())")
+            uid = int(r.stdout)
+        finally:
+            await box.close()
+        assert uid in left, f"uid {uid} claimed; the first free of the tier's span expected"
+        assert left[uid].wait(timeout=15) == -9
+        assert all(p.poll() is None for u, p in left.items() if u != uid)  # theirs only
     finally:
         for p in left.values():
             p.kill()
             p.wait()
-        if launch is not None:
-            assert launch.uid_lock is not None
-            os.close(launch.uid_lock)
-            for path in launch.cleanup:
-                shutil.rmtree(path, ignore_errors=True)
 
 
-async def test_kill_uid_refuses_a_uid_outside_the_span() -> None:
-    from codegym.sandbox.tier import kill_uid, sandbox_uid
+KILLER = """
+import os, select, time
 
-    for uid in (0, os.getuid(), sandbox_uid() - 1, 65534):
-        with pytest.raises(ValueError, match="not a sandbox uid"):
-            kill_uid(uid)
+def zygote():  # the worker: the nearest ancestor running the zygote
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"_zygote" in f.read():
+                return pid
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    raise SystemExit("no zygote above this run")
+
+worker = os.pidfd_open(zygote())
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.write(w, b"1")
+        select.select([worker], [], [], 30)  # the worker is gone: its uid's sweep comes now
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:  # kill every new process of this uid at once
+            os.kill(-1, 9)
+        time.sleep(20)
+        os._exit(0)
+    os._exit(0)
+os.close(w)
+print("daemon:", os.read(r, 1) == b"1", flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as another user the tier has no uid of its own")
+async def test_a_daemon_cannot_stop_the_sweep_that_ends_it() -> None:
+    """A review's daemon stopped or killed a sweep that ran as its own uid (it waits for its
+    worker to end, then signals every process of that uid without pause), outlived its
+    worker and wrote into the next pool's runs; a sweep's real uid is not the program's."""
+    marker = "codegym-killer-" + uuid.uuid4().hex
+    path = Path(f"/tmp/{marker}.py")  # the marker in the daemon's command line
+    path.write_text(KILLER)
+    path.chmod(0o644)
+    try:
+        with pytest.warns(UserWarning, match="NO real isolation"):
+            box = Sandbox(tier="process", workers=1)
+            await box.start()
+        try:
+            r = await box.run(f"python3 {path}", limits=Limits(cpu_s=2, wall_s=5))
+            assert r.stdout == "daemon: True\n", (r.verdict, r.reason, r.stderr)
+            assert _pids_with(marker)  # alive, waiting for its worker to stop
+        finally:
+            await box.close()
+    finally:
+        path.unlink()
+    assert await _gone(marker)
+
+
+async def test_sweep_refuses_a_uid_outside_the_process_tier_span() -> None:
+    from codegym.sandbox._uids import sandbox_uid, sandbox_uids, sweep_uid, sweeper_uid
+
+    for uid in (0, os.getuid(), sandbox_uid() - 1, sandbox_uids()[0], sweeper_uid(), 65534):
+        with pytest.raises(ValueError, match="not a process-tier uid"):
+            sweep_uid(uid)

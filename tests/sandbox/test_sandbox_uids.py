@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from codegym.sandbox import tier, tiers
+from codegym.sandbox import _uids, tiers
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="uids are claimed only as root")
 
@@ -25,7 +25,7 @@ def test_sandbox_uids_that_reach_root_or_a_system_uid_are_refused(
         problems = tiers.make_tier(name, None).problems()
         assert any(f"CODEGYM_SANDBOX_UID={value!r}" in p for p in problems), (name, problems)
     monkeypatch.setenv("CODEGYM_SANDBOX_UID", "64055")
-    assert tier.uid_problem() is None
+    assert _uids.uid_problem() is None
 
 
 @root_only
@@ -35,7 +35,7 @@ def test_uid_locks_in_a_folder_another_uid_made_are_refused(
     """A program (process tier) that made the lock folder first in a shared /tmp could
     hold every uid's lock or point the lock files at root's files (found by review)."""
     locks = tmp_path / "codegym-uids"
-    monkeypatch.setattr(tier, "UID_LOCKS", locks)
+    monkeypatch.setattr(_uids, "UID_LOCKS", locks)
     for planted in ("a link", "a file", "another uid's folder"):
         if planted == "a link":
             (tmp_path / "theirs").mkdir(mode=0o700)
@@ -46,17 +46,36 @@ def test_uid_locks_in_a_folder_another_uid_made_are_refused(
             locks.mkdir(mode=0o700)
             os.chown(locks, 1000, 1000)
         with pytest.raises(PermissionError, match="not a folder of this user's alone"):
-            tier.claim_uid()
+            _uids.claim_uid()
         if planted != "another uid's folder":
             locks.unlink()
     os.chown(locks, 0, 0)
     victim = tmp_path / "victim"
-    first = tier.sandbox_uid()
+    first = _uids.sandbox_uid()
     (locks / str(first)).symlink_to(victim)  # followed, O_CREAT would make it as root
     with pytest.raises(OSError):
-        tier.claim_uid()
+        _uids.claim_uid()
     assert not victim.exists()
     (locks / str(first)).unlink()
-    uid, fd = tier.claim_uid()
+    uid, fd = _uids.claim_uid()
     os.close(fd)
     assert uid == first and (locks / str(first)).is_file()
+
+
+@root_only
+def test_a_span_holding_a_local_account_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Programs would run as that account, and a process-tier sweep would kill its
+    processes (review: the default's first uid is libvirt-qemu on some Debian hosts)."""
+    accounts = [line.split(":") for line in Path("/etc/passwd").read_text().splitlines()]
+    high = [(int(a[2]), a[0]) for a in accounts if len(a) > 2 and a[2].isdigit()]
+    high = [(uid, name) for uid, name in high if uid >= 1000 + _uids.UIDS_NEEDED]
+    if not high:
+        pytest.skip("no local account above the lowest span to collide with")
+    uid, name = high[0]
+    monkeypatch.setenv("CODEGYM_SANDBOX_UID", str(uid - _uids.UIDS_NEEDED + 1))  # its last
+    for tier_name in ("jail", "process"):
+        problems = tiers.make_tier(tier_name, None).problems()
+        assert any(f"uid {uid} is {name!r} in /etc/passwd" in p for p in problems), problems
+        assert any("set CODEGYM_SANDBOX_UID to the first of" in p for p in problems)
+    monkeypatch.setenv("CODEGYM_SANDBOX_UID", str(uid + 1))  # just past it
+    assert _uids.uid_problem() is None or f"uid {uid} " not in (_uids.uid_problem() or "")

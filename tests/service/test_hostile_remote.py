@@ -17,7 +17,7 @@ import pytest_asyncio
 from service_support import TOKEN, make_serve
 
 from codegym.sandbox import ExecResult, Limits, Verdict
-from codegym.sandbox.tier import sandbox_uid
+from codegym.sandbox._uids import sandbox_uid
 from codegym.service import RemoteSandbox
 from codegym.testing import await_until
 

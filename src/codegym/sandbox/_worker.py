@@ -13,7 +13,8 @@ import struct
 from typing import Any
 
 from codegym.errors import CodegymError
-from codegym.sandbox.tier import Launch, Tier, WorkerSpec, kill_uid
+from codegym.sandbox import _uids
+from codegym.sandbox.tier import Launch, Tier, WorkerSpec
 
 _HDR = struct.Struct(">I")
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -69,6 +70,9 @@ class Worker:
         self.generation += 1
         self.kept.clear()
         launch = self.launch = self.tier.launch(self.spec)
+        if not await self._sweep():  # what a worker of a pool killed with -9 left as uid
+            await self.stop()
+            raise WorkerCrashed(f"uid {launch.uid} could not be cleared of earlier processes")
         procs = [str(p) for p in launch.cgroup.procs()] if launch.cgroup else []
         uid = launch.uid
 
@@ -110,6 +114,21 @@ class Worker:
         if not header.get("ready"):
             await self.stop()
             raise WorkerCrashed(f"worker did not start: {header}")
+
+    async def _sweep(self) -> bool:
+        """Kill every process of the worker's uid, where its tier asks for that
+        (``Launch.sweep``) and the uid is still ours; False if that failed, and then the
+        uid stays claimed until this process exits (``_uids.quarantine``)."""
+        launch = self.launch
+        if launch is None or not launch.sweep or launch.uid is None or launch.uid_lock is None:
+            return True
+        try:
+            await asyncio.to_thread(_uids.sweep_uid, launch.uid)
+        except _uids.SweepFailed as e:
+            _uids.quarantine(launch.uid, launch.uid_lock, str(e))
+            launch.uid_lock = None
+            return False
+        return True
 
     async def _drain_stderr(self) -> None:
         assert self.proc and self.proc.stderr
@@ -172,9 +191,7 @@ class Worker:
         if self.launch is not None:
             if self.launch.cgroup is not None:
                 await asyncio.to_thread(self.launch.cgroup.remove)
-            held = self.launch.uid_lock is not None  # (a uid another worker holds is not ours)
-            if held and self.launch.kill_uid and self.launch.uid is not None:
-                await asyncio.to_thread(kill_uid, self.launch.uid)  # before its folders go
+            await self._sweep()  # before its folders go and another worker may claim it
             for path in self.launch.cleanup:
                 shutil.rmtree(path, ignore_errors=True)
             if self.launch.uid_lock is not None:

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import functools
 import os
 import re
 import shutil
-import stat
-import subprocess
 import sys
 import tempfile
 from abc import ABC, abstractmethod
@@ -96,9 +93,10 @@ class Launch:
     """Descriptors the worker process inherits; closed here once it has started."""
     uid_lock: int | None = None
     """The claim on ``uid`` (see ``claim_uid``), released when the worker stops."""
-    kill_uid: bool = False
-    """Kill every process of ``uid`` before its claim is released (``kill_uid``): for tiers
-    whose programs can outlive their worker (no pid namespace to end them)."""
+    sweep: bool = False
+    """Kill every process of ``uid`` (``_uids.sweep_uid``) before the worker starts and
+    before its claim is released: for tiers whose programs can outlive their worker (no
+    pid namespace to end them)."""
 
 
 @functools.cache
@@ -167,10 +165,6 @@ def zygote_argv(python: str, folder: str) -> list[str]:
     return [python, "-s", "-B", "-c", boot]
 
 
-UID_SPAN = 256
-"""Workers take their uids from ``sandbox_uid()`` up to this many above it."""
-
-
 # Temp folders a pool makes carry the owner's pid; see sweep_stale.
 _OWNED = re.compile(r"codegym(?:_zygote_|-gvisor-|-)(\d+)[-_]")
 
@@ -189,125 +183,6 @@ def sweep_stale() -> int:
                 shutil.rmtree(entry, ignore_errors=True)
                 removed += 1
     return removed
-
-
-def sandbox_uid() -> int:
-    """The first of the unprivileged host uids sandboxed programs run as (as root).
-
-    Raises:
-        SandboxInputError: ``CODEGYM_SANDBOX_UID`` is not a uid, or its span (and the
-            layer owner's uid after it) reaches a system uid (below 1000: root's would let
-            a program plant code every later run executes) or past the last uid.
-    """
-    raw = os.environ.get("CODEGYM_SANDBOX_UID") or "64055"  # set but empty: the default
-    try:
-        uid = int(raw)
-    except ValueError:
-        uid = -1
-    if not 1000 <= uid <= (1 << 32) - 3 - UID_SPAN:
-        raise SandboxInputError(
-            f"CODEGYM_SANDBOX_UID={raw!r}: sandboxed programs need {UID_SPAN + 1} unused "
-            f"unprivileged uids from it, none a system uid (below 1000); unset it for "
-            "the default 64055"
-        )
-    return uid
-
-
-def uid_problem() -> str | None:
-    """Why the sandbox uids cannot be used (as root), or None."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        sandbox_uid()
-    except SandboxInputError as e:
-        return str(e)
-    return None
-
-
-def sandbox_uids() -> range:
-    """Every host uid a worker may run as when codegym runs as root."""
-    return range(sandbox_uid(), sandbox_uid() + UID_SPAN)
-
-
-UID_LOCKS = Path("/run/codegym-uids")
-"""Where workers' uid claims are kept (``claim_uid``): root's ``/run``, not ``$TMPDIR``, so
-no program can make the folder first in a shared ``/tmp`` and pools with different
-``TMPDIR``s do not hand out the same uids (both found by review); ``$TMPDIR`` on hosts
-without ``/run``."""
-
-
-def claim_uid() -> tuple[int, int]:
-    """A host uid no other live worker on this host runs as, and the lock that holds it.
-
-    Per-user kernel limits (inotify instances, pending signals, message queues, the
-    process count) are shared by every process of a uid, so one uid per worker keeps one
-    run from starving a concurrent one. The claim is an ``flock`` on a file per uid: it
-    ends when the holder closes it, or dies (``kill -9`` included).
-
-    Raises:
-        OSError: every uid of the span is taken (more than ``UID_SPAN`` live workers), or
-            the lock folder is not ours alone (another uid made it first: in a shared /tmp
-            it could hold every lock or point them anywhere).
-    """
-    locks = UID_LOCKS if UID_LOCKS.parent.is_dir() else Path(tempfile.gettempdir()) / "codegym-uids"
-    try:
-        locks.mkdir(mode=0o700, exist_ok=True)
-        folder = os.open(locks, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:  # a link, a file or a FIFO of that name
-        raise PermissionError(
-            f"{locks} is not a folder of this user's alone ({e.strerror}); remove it and "
-            "start again"
-        ) from None
-    try:
-        st = os.fstat(folder)
-        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
-            raise PermissionError(
-                f"{locks} is not a folder of this user's alone (uid {st.st_uid}, mode "
-                f"{stat.S_IMODE(st.st_mode):o}); remove it and start again"
-            )
-        for uid in sandbox_uids():
-            flags = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(str(uid), flags, 0o600, dir_fd=folder)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            return uid, fd
-    finally:
-        os.close(folder)
-    raise OSError(f"all {UID_SPAN} sandbox uids from {sandbox_uid()} are in use")
-
-
-def kill_uid(uid: int) -> None:
-    """Kill every process of the sandbox uid ``uid`` (as root; never the caller's own).
-
-    A process-tier program that double-forks and calls ``setsid`` leaves its run's process
-    group; it would live on as ``uid`` and could meddle with the runs of whichever worker
-    claims ``uid`` next (found by review). ``kill(-1, SIGKILL)`` sent as ``uid`` reaches
-    exactly the processes that uid may signal (every process whose real or saved uid it
-    is, setuid programs it started included) but the sender, and a fork racing it fails
-    once its parent has the signal pending. Repeated while it finds any, at most 50 times
-    (zombies an unreaping parent keeps count as found).
-
-    Raises:
-        ValueError: ``uid`` is not one of the sandbox's uids.
-    """
-    if uid not in sandbox_uids() or uid == os.getuid():
-        raise ValueError(f"uid {uid} is not a sandbox uid; refusing to kill its processes")
-    sweep = "i=0; while [ $i -lt 50 ] && kill -s KILL -- -1 2>/dev/null; do i=$((i+1)); done"
-    subprocess.run(
-        ["/bin/sh", "-c", sweep],
-        user=uid,
-        group=uid,
-        extra_groups=[],
-        env={"PATH": BASE_ENV["PATH"]},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=30,
-        check=False,
-    )
 
 
 def find_python(explicit: str | None = None) -> str | None:

@@ -36,7 +36,7 @@ def layer_owner() -> int:
     """
     if os.geteuid() != 0:
         return os.geteuid()
-    from codegym.sandbox.tier import UID_SPAN, sandbox_uid
+    from codegym.sandbox._uids import UID_SPAN, sandbox_uid
 
     return sandbox_uid() + UID_SPAN
 

@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 from codegym.sandbox import _cgroups
+from codegym.sandbox._uids import claim_uid, sandbox_uid, uid_problem
 from codegym.sandbox._zygote import WS_KEEP, WS_LAYERS, WS_RUN
 from codegym.sandbox.images.layers import layer_owner
 from codegym.sandbox.tier import (
@@ -30,10 +31,7 @@ from codegym.sandbox.tier import (
     Launch,
     Tier,
     WorkerSpec,
-    claim_uid,
     find_python,
-    sandbox_uid,
-    uid_problem,
     zygote_argv,
     zygote_memfds,
 )

@@ -4,8 +4,9 @@ For hosts without user namespaces or cgroups only. Threat model: almost nothing 
 covered. The program runs as an unprivileged uid when codegym runs as root (otherwise as
 the calling user, who can read their own files), shares the host's network, file system
 and process table; a daemon that calls setsid escapes the run's kill and lives as long as
-its worker (as root, every process of the worker's uid is killed when the worker stops and
-before another claims the uid; otherwise it lives on); memory is bounded only by
+its worker (as root, every process of the worker's uid, one of the tier's own span, is
+killed before the worker starts and when it stops; otherwise it lives on); files and SysV
+IPC objects a program leaves in shared folders outlive it; memory is bounded only by
 RLIMIT_AS. Never the default, and it says so every time it starts.
 """
 
@@ -15,16 +16,14 @@ import os
 import tempfile
 from pathlib import Path
 
+from codegym.sandbox._uids import claim_uid, process_uids, uid_problem
 from codegym.sandbox.tier import (
     BASE_ENV,
     DEFAULT_PRELOAD,
     Launch,
     Tier,
     WorkerSpec,
-    claim_uid,
     find_python,
-    kill_uid,
-    uid_problem,
     zygote_argv,
     zygote_dir,
 )
@@ -52,9 +51,7 @@ class ProcessTier(Tier):
 
     def launch(self, spec: WorkerSpec) -> Launch:
         assert self.python
-        uid, lock = claim_uid() if os.geteuid() == 0 else (None, None)
-        if uid is not None:
-            kill_uid(uid)  # what a worker of a killed pool (kill -9) left running as uid
+        uid, lock = claim_uid(process_uids()) if os.geteuid() == 0 else (None, None)
         work = Path(tempfile.mkdtemp(prefix=f"codegym-{spec.name}-"))
         if uid is not None:
             os.chown(work, uid, uid)
@@ -77,5 +74,5 @@ class ProcessTier(Tier):
             uid=uid,
             cleanup=[work],
             uid_lock=lock,
-            kill_uid=uid is not None,
+            sweep=uid is not None,  # the worker sweeps it before it starts and at its end
         )

@@ -1,0 +1,277 @@
+"""The host uids sandboxed programs run as when codegym runs as root, and their claims.
+
+From ``sandbox_uid()`` (``$CODEGYM_SANDBOX_UID``) on, ``2 * UID_SPAN + 2`` uids:
+
+- ``sandbox_uids()``: the ``jail`` and ``gvisor`` workers', one per live worker
+  (``claim_uid``);
+- the image layers' owner (``images.layers.layer_owner``), which workspace workers run as;
+- ``sweeper_uid()``: no program ever runs as it (see ``sweep_uid``);
+- ``process_uids()``: the ``process`` tier's workers'. That tier has no pid namespace, so a
+  program's daemon can outlive its worker; its uids are never a jail's, so such a daemon
+  never shares a uid with a jail's ``bwrap`` (whose memory it could then write through
+  ``/proc``, found by review), and each is swept (``sweep_uid``) when a worker claims it
+  and when it lets it go.
+
+None of them may belong to a local user or group: a program would run as that account, and
+a sweep would kill its processes (the default's first uid is ``libvirt-qemu`` on some
+Debian and Ubuntu hosts).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import logging
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from codegym.sandbox.errors import SandboxInputError
+
+log = logging.getLogger("codegym.sandbox")
+
+UID_SPAN = 256
+"""Workers of the jail and gVisor tiers take their uids from ``sandbox_uid()`` up to this
+many above it; the process tier's take as many after the layer owner and the sweeper."""
+UIDS_NEEDED = 2 * UID_SPAN + 2
+DEFAULT_UID = 64055
+
+
+def sandbox_uid() -> int:
+    """The first of the unprivileged host uids sandboxed programs run as (as root).
+
+    Raises:
+        SandboxInputError: ``CODEGYM_SANDBOX_UID`` is not a uid, or its span reaches a
+            system uid (below 1000: root's would let a program plant code every later run
+            executes) or past the last uid.
+    """
+    raw = os.environ.get("CODEGYM_SANDBOX_UID") or str(DEFAULT_UID)  # set but empty: default
+    try:
+        uid = int(raw)
+    except ValueError:
+        uid = -1
+    if not 1000 <= uid <= (1 << 32) - 2 - UIDS_NEEDED:
+        raise SandboxInputError(
+            f"CODEGYM_SANDBOX_UID={raw!r}: sandboxed programs need {UIDS_NEEDED} unused "
+            f"unprivileged uids from it, none a system uid (below 1000); unset it for "
+            f"the default {DEFAULT_UID}"
+        )
+    return uid
+
+
+def sandbox_uids() -> range:
+    """Every host uid a jail or gVisor worker may run as when codegym runs as root."""
+    return range(sandbox_uid(), sandbox_uid() + UID_SPAN)
+
+
+def sweeper_uid() -> int:
+    """The real and saved uid of a sweep (``sweep_uid``), which no program runs as."""
+    return sandbox_uid() + UID_SPAN + 1
+
+
+def process_uids() -> range:
+    """Every host uid a process-tier worker may run as when codegym runs as root."""
+    first = sandbox_uid() + UID_SPAN + 2
+    return range(first, first + UID_SPAN)
+
+
+def uid_problem() -> str | None:
+    """Why the sandbox uids cannot be used (as root), or None."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        first = sandbox_uid()
+    except SandboxInputError as e:
+        return str(e)
+    taken = _local_account(first, first + UIDS_NEEDED)
+    if taken is not None:
+        uid, name, where = taken
+        return (
+            f"uid {uid} is {name!r} in {where}, but sandboxed programs would run as it "
+            f"(the {UIDS_NEEDED} uids from CODEGYM_SANDBOX_UID={first}); set "
+            "CODEGYM_SANDBOX_UID to the first of as many unused uids, e.g. 2000000000"
+        )
+    return None
+
+
+@functools.cache
+def _local_account(lo: int, hi: int) -> tuple[int, str, str] | None:
+    """The first uid (or gid: a worker's group is its uid) in ``[lo, hi)`` that a local
+    account or group has, as (id, name, file). Only the local files: asking NSS for 514
+    ids could wait on a directory server each time."""
+    for where in ("/etc/passwd", "/etc/group"):
+        try:
+            lines = Path(where).read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split(":")
+            if len(fields) > 2 and fields[2].isdigit() and lo <= int(fields[2]) < hi:
+                return int(fields[2]), fields[0], where
+    return None
+
+
+UID_LOCKS = Path("/run/codegym-uids")
+"""Where workers' uid claims are kept (``claim_uid``): root's ``/run``, not ``$TMPDIR``, so
+no program can make the folder first in a shared ``/tmp`` and pools with different
+``TMPDIR``s do not hand out the same uids (both found by review); ``$TMPDIR`` on hosts
+without ``/run``."""
+
+
+def _lock_folder() -> int:
+    """The lock folder, opened; made if missing.
+
+    Raises:
+        PermissionError: it is not ours alone (another uid made it first: in a shared /tmp
+            it could hold every lock or point them anywhere), or not a folder.
+    """
+    locks = UID_LOCKS if UID_LOCKS.parent.is_dir() else Path(tempfile.gettempdir()) / "codegym-uids"
+    try:
+        locks.mkdir(mode=0o700, exist_ok=True)
+        folder = os.open(locks, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:  # a link, a file or a FIFO of that name
+        raise PermissionError(
+            f"{locks} is not a folder of this user's alone ({e.strerror}); remove it and "
+            "start again"
+        ) from None
+    st = os.fstat(folder)
+    if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        os.close(folder)
+        raise PermissionError(
+            f"{locks} is not a folder of this user's alone (uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):o}); remove it and start again"
+        )
+    return folder
+
+
+def _lock(folder: int, name: str, wait: bool) -> int | None:
+    """An ``flock`` on the file ``name`` in the lock folder: its fd, or None if held."""
+    flags = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, flags, 0o600, dir_fd=folder)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def claim_uid(uids: range | None = None) -> tuple[int, int]:
+    """A host uid of ``uids`` (default ``sandbox_uids()``) no other live worker on this
+    host runs as, and the lock that holds it.
+
+    Per-user kernel limits (inotify instances, pending signals, message queues, the
+    process count) are shared by every process of a uid, so one uid per worker keeps one
+    run from starving a concurrent one. The claim is an ``flock`` on a file per uid: it
+    ends when the holder closes it, or dies (``kill -9`` included).
+
+    Raises:
+        OSError: every uid of the span is taken (more than ``UID_SPAN`` live workers), or
+            the lock folder is not ours alone (``PermissionError``).
+    """
+    span = sandbox_uids() if uids is None else uids
+    folder = _lock_folder()
+    try:
+        for uid in span:
+            fd = _lock(folder, str(uid), wait=False)
+            if fd is not None:
+                return uid, fd
+    finally:
+        os.close(folder)
+    raise OSError(f"all {len(span)} sandbox uids from {span.start} are in use")
+
+
+class SweepFailed(OSError):
+    """A sweep (``sweep_uid``) did not end, or left a live process of the uid."""
+
+
+# Run by a fresh interpreter started as root, which takes the sweeper's uid as its real and
+# saved uid and the swept uid as its effective one, and never execs after (an exec would
+# make the saved uid the effective one, and the swept uid's processes could signal it).
+_SWEEP = """
+import os, sys, time
+sweeper, uid = int(sys.argv[1]), int(sys.argv[2])
+os.setgroups([])
+os.setresgid(sweeper, sweeper, sweeper)
+os.setresuid(sweeper, uid, sweeper)
+
+def alive():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        state = status.get("State", "").strip()
+        if str(uid) in status.get("Uid", "").split()[:3] and not state.startswith(("Z", "X")):
+            yield pid
+
+end = time.monotonic() + 10
+while True:
+    os.kill(-1, 9)  # as the effective uid: every process it may signal, but this one
+    left = next(alive(), None)
+    if left is None:
+        sys.exit(0)
+    if time.monotonic() > end:
+        sys.exit(f"process {left} of uid {uid} is still alive after 10 s of SIGKILLs")
+    time.sleep(0.005)  # a killed process is alive until it is next scheduled
+"""
+
+
+def sweep_uid(uid: int) -> None:
+    """Kill every process of the process-tier uid ``uid`` (as root; blocks up to 30 s).
+
+    A program that double-forks and calls ``setsid`` leaves its run's process group and
+    would live on as ``uid``, into the runs of whichever worker claims ``uid`` next (found
+    by review). ``kill(-1, SIGKILL)`` with ``uid`` as the effective uid reaches every
+    process whose real or saved uid it is (setuid programs they started included), and a
+    fork racing it fails once its parent has the signal pending; it is repeated until
+    ``/proc`` shows no live process of ``uid`` (at most 10 s). The sender's real and saved
+    uid is ``sweeper_uid()``, so no process of ``uid`` can signal, stop or read it (a
+    review's daemon stopped and killed a sweeper that ran as ``uid``); its ``kill(-1)``
+    also reaches the sweeper uid's processes, so sweeps are one at a time on the host (an
+    ``flock`` in the lock folder).
+
+    Raises:
+        ValueError: ``uid`` is not a process-tier uid.
+        SweepFailed: the sweep could not run, did not end in time, or left a live process.
+    """
+    if uid not in process_uids():
+        raise ValueError(f"uid {uid} is not a process-tier uid; refusing to kill its processes")
+    folder = _lock_folder()
+    try:
+        turn = _lock(folder, "sweep", wait=True)
+    finally:
+        os.close(folder)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _SWEEP, str(sweeper_uid()), str(uid)],
+            env={},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        raise SweepFailed(f"sweeping uid {uid}: {e}") from None
+    finally:
+        os.close(turn)  # type: ignore[arg-type]
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip()[-300:]
+        raise SweepFailed(f"sweeping uid {uid}: exit {done.returncode}: {said}")
+
+
+_quarantined: list[int] = []
+
+
+def quarantine(uid: int, lock: int, why: str) -> None:
+    """Keep ``uid`` claimed for as long as this process lives: a sweep failed, so a
+    program's process may still run as it, and no other worker may get it."""
+    _quarantined.append(lock)
+    log.warning("sandbox uid %d kept out of use until this process exits: %s", uid, why)
