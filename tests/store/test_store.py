@@ -332,3 +332,20 @@ def test_bad_batches_are_refused(store: Store) -> None:
     assert store.counts() == dict.fromkeys(
         ["generations", "scores", "trajectories", "runs", "run_items"], 0
     )
+
+
+def test_reopening_mends_a_table_or_index_gone_missing(tmp_path: Path) -> None:
+    """A store of the current schema skips the DDL on open, but only while every table and
+    index the DDL makes is there."""
+    path = tmp_path / "s.duckdb"
+    Store(path).close()
+    con = duckdb.connect(str(path))
+    con.execute("DROP INDEX trajectories_run")
+    con.execute("DROP TABLE run_items")
+    con.close()
+    Store(path).close()
+    con = duckdb.connect(str(path), read_only=True)
+    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    indexes = {r[0] for r in con.execute("SELECT index_name FROM duckdb_indexes()").fetchall()}
+    con.close()
+    assert "run_items" in tables and "trajectories_run" in indexes

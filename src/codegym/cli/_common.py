@@ -6,12 +6,13 @@ import json
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
-from codegym.store import Store, StoreError
+if TYPE_CHECKING:
+    from codegym.store import Store
 
 # Options the long-running commands share (eval, rollout, train).
 MetricsPortOption = Annotated[
@@ -92,16 +93,23 @@ def json_object(text: str, option: str) -> dict[str, Any]:
     return value
 
 
+def store_or_fail(path: Path | None) -> Store:
+    """The result store at ``path`` (default ``$CODEGYM_STORE``), open; else a clear exit."""
+    from codegym.store import Store, StoreError  # DuckDB: only for commands that store
+
+    try:
+        return Store(path)
+    except StoreError as e:
+        fail(str(e))
+
+
 @contextmanager
 def open_store(path: Path | None, disabled: bool) -> Iterator[Store | None]:
     """The result store for a command (None with ``--no-store``), closed on exit."""
     if disabled:
         yield None
         return
-    try:
-        store = Store(path)
-    except StoreError as e:
-        fail(str(e))
+    store = store_or_fail(path)
     try:
         yield store
     finally:
@@ -126,6 +134,7 @@ def finish_in_store(
 ) -> None:
     """Record the finished run in the store and, when asked, export it."""
     from codegym.evals.rundir import export_run, record_run, run_id_for
+    from codegym.store import StoreError
 
     run_id = run_id_for(config)
     try:

@@ -8,7 +8,7 @@ import json
 import time
 from collections.abc import Set as AbstractSet
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,15 +20,17 @@ from codegym.cli._common import (
     fail,
     finish_in_store,
     open_sandbox,
-    open_store,
+    store_or_fail,
 )
 from codegym.cli._progress import score_progress
 from codegym.evals.rundir import build_summary
 from codegym.evals.runner import Runner, RunnerConfig, SampleResult
 from codegym.sandbox import HostUnsupported
 from codegym.sandbox.tiers import TIERS
-from codegym.store import DictCache, Store
 from codegym.tasks import DatasetError, Task, load_suite
+
+if TYPE_CHECKING:
+    from codegym.store import Store
 
 
 def _load_suite(spec: str, fmt: str | None, since: str | None) -> tuple[dict[str, Task], set[str]]:
@@ -87,31 +89,57 @@ async def _score_all(
     tier: str,
     workers: int | None,
     sandbox_url: list[str] | None,
-    store: Store | None,
+    store_path: Path | None,
+    no_store: bool,
+    opened: list[Store],
     quiet: bool,
     ground_truth: bool = False,
 ) -> list[SampleResult]:
-    needs = [tasks[s["task_id"]] for s in samples]
-    async with open_sandbox(tier, workers, sandbox_url, needs) as (sb, inflight):
-        broken: dict[str, str] = {}
-        if ground_truth:  # each sampled task's reference first, as eval's
-            kept, broken = await check_ground_truth(sb, list({t.id: t for t in needs}.values()))
-            tasks = {**tasks, **{t.id: t for t in kept}}
-        todo = [s for s in samples if s["task_id"] not in broken]
-        with score_progress(len(todo), "scoring", quiet) as progress:
-            runner = Runner(
-                sb,
-                cache=DictCache(store) if store else None,
-                config=RunnerConfig(sandbox_concurrency=inflight),
-                on_result=progress,
-            )
-            scored = iter(await runner.score_samples([(tasks[s["task_id"]], s) for s in todo]))
-        return [
-            _quarantined(s, tasks[s["task_id"]], broken[s["task_id"]])
-            if s["task_id"] in broken
-            else next(scored)
-            for s in samples
-        ]
+    """Score every sample. The store (``store_path``, default ``$CODEGYM_STORE``; none with
+    ``no_store``) opens on a thread while the pool starts (DuckDB's import and the file's
+    opening take 0.3-0.6 s), and is put in ``opened`` for the caller to record the run in
+    and close."""
+    opening = asyncio.create_task(
+        _none() if no_store else asyncio.to_thread(store_or_fail, store_path)
+    )
+    try:
+        needs = [tasks[s["task_id"]] for s in samples]
+        async with open_sandbox(tier, workers, sandbox_url, needs) as (sb, inflight):
+            store = await opening
+            broken: dict[str, str] = {}
+            if ground_truth:  # each sampled task's reference first, as eval's
+                kept, broken = await check_ground_truth(sb, list({t.id: t for t in needs}.values()))
+                tasks = {**tasks, **{t.id: t for t in kept}}
+            todo = [s for s in samples if s["task_id"] not in broken]
+            with score_progress(len(todo), "scoring", quiet) as progress:
+                runner = Runner(
+                    sb,
+                    cache=_cache(store),
+                    config=RunnerConfig(sandbox_concurrency=inflight),
+                    on_result=progress,
+                )
+                pairs = [(tasks[s["task_id"]], s) for s in todo]
+                scored = iter(await runner.score_samples(pairs))
+    finally:
+        await asyncio.wait([opening])  # a store opened meanwhile is closed by the caller
+        if not opening.cancelled() and opening.exception() is None:
+            opened.extend(filter(None, [opening.result()]))
+    return [
+        _quarantined(s, tasks[s["task_id"]], broken[s["task_id"]])
+        if s["task_id"] in broken
+        else next(scored)
+        for s in samples
+    ]
+
+
+async def _none() -> None:
+    return None
+
+
+def _cache(store: Store | None) -> Any:
+    from codegym.store import DictCache
+
+    return DictCache(store) if store is not None else None
 
 
 def _quarantined(sample: dict[str, Any], task: Task, reason: str) -> SampleResult:
@@ -211,15 +239,22 @@ def _run_and_write(
     ground_truth: bool = False,
 ) -> dict[str, Any]:
     start = time.perf_counter()
-    with open_store(store_path, no_store) as store:
+    opened: list[Store] = []
+    try:
         try:
             results = asyncio.run(
-                _score_all(samples, tasks, tier, workers, sandbox_url, store, quiet, ground_truth)
-            )
+                _score_all(
+                    samples, tasks, tier, workers, sandbox_url, store_path, no_store, opened,
+                    quiet, ground_truth,
+                )
+            )  # fmt: skip
         except HostUnsupported as e:
             fail(str(e))
-        if store is not None:
-            finish_in_store(store, "score", config, results, export)
+        if opened:
+            finish_in_store(opened[0], "score", config, results, export)
+    finally:
+        for store in opened:
+            store.close()
     elapsed = time.perf_counter() - start
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w") as f:

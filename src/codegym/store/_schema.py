@@ -11,6 +11,7 @@ newer codegym is refused rather than misread.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 Columns = tuple[tuple[str, str], ...]
@@ -86,3 +87,10 @@ RUN_ITEMS: Final[Columns] = (
     ("score_key", "string"),
     ("sample", "string"),
 )
+
+
+def made_by_ddl() -> tuple[frozenset[str], frozenset[str]]:
+    """The tables and the indexes ``DDL`` makes, by name."""
+    tables = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", DDL)
+    indexes = re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", DDL)
+    return frozenset(tables), frozenset(indexes)
