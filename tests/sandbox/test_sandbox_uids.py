@@ -79,3 +79,18 @@ def test_a_span_holding_a_local_account_is_refused(monkeypatch: pytest.MonkeyPat
         assert any("set CODEGYM_SANDBOX_UID to the first of" in p for p in problems)
     monkeypatch.setenv("CODEGYM_SANDBOX_UID", str(uid + 1))  # just past it
     assert _uids.uid_problem() is None or f"uid {uid} " not in (_uids.uid_problem() or "")
+
+
+@root_only
+def test_a_sweep_refuses_while_its_own_uid_is_a_worker_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two pools whose spans overlap: one's sweeper uid is the other's worker uid, and the
+    sweep's kill(-1) would reach that worker (found by review). The sweep refuses instead."""
+    monkeypatch.setenv("CODEGYM_SANDBOX_UID", "70000")  # off the span the other tests use
+    sweeper = _uids.sweeper_uid()
+    uid, held = _uids.claim_uid(range(sweeper, sweeper + 1))  # as the other pool's worker
+    try:
+        with pytest.raises(_uids.SweepFailed, match="overlaps this one's"):
+            _uids.sweep_uid(_uids.process_uids()[0])
+    finally:
+        os.close(held)
+    _uids.sweep_uid(_uids.process_uids()[0])  # nothing of that uid's left: ends at once

@@ -23,8 +23,9 @@ import fcntl
 import functools
 import logging
 import os
+import select
+import signal
 import stat
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -100,16 +101,22 @@ def uid_problem() -> str | None:
 @functools.cache
 def _local_account(lo: int, hi: int) -> tuple[int, str, str] | None:
     """The first uid (or gid: a worker's group is its uid) in ``[lo, hi)`` that a local
-    account or group has, as (id, name, file). Only the local files: asking NSS for 514
-    ids could wait on a directory server each time."""
-    for where in ("/etc/passwd", "/etc/group"):
+    account or group has, or a subordinate range (rootless containers' host uids) covers,
+    as (id, name, file). Only the local files: asking NSS for 514 ids could wait on a
+    directory server each time. (Not seen: systemd's ``DynamicUser=`` uids, in no file.)"""
+    for where in ("/etc/passwd", "/etc/group", "/etc/subuid", "/etc/subgid"):
         try:
             lines = Path(where).read_text(errors="replace").splitlines()
         except OSError:
             continue
         for line in lines:
             fields = line.split(":")
-            if len(fields) > 2 and fields[2].isdigit() and lo <= int(fields[2]) < hi:
+            if where.startswith("/etc/sub"):  # name:first:count
+                if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+                    first, count = int(fields[1]), int(fields[2])
+                    if first < hi and lo < first + count:
+                        return max(first, lo), f"{fields[0]}'s subordinate ids", where
+            elif len(fields) > 2 and fields[2].isdigit() and lo <= int(fields[2]) < hi:
                 return int(fields[2]), fields[0], where
     return None
 
@@ -208,7 +215,10 @@ def alive():
         except (OSError, ValueError):
             continue  # gone meanwhile
         state = status.get("State", "").strip()
-        if str(uid) in status.get("Uid", "").split()[:3] and not state.startswith(("Z", "X")):
+        pending = int(status.get("SigPnd", "0"), 16) | int(status.get("ShdPnd", "0"), 16)
+        if pending & (1 << 8) or state.startswith(("Z", "X")):
+            continue  # dead, or dies when its system call returns (a sync, a slow disk)
+        if str(uid) in status.get("Uid", "").split()[:3]:
             yield pid
 
 end = time.monotonic() + 10
@@ -233,38 +243,84 @@ def sweep_uid(uid: int) -> None:
     fork racing it fails once its parent has the signal pending; it is repeated until
     ``/proc`` shows no live process of ``uid`` (at most 10 s). The sender's real and saved
     uid is ``sweeper_uid()``, so no process of ``uid`` can signal, stop or read it (a
-    review's daemon stopped and killed a sweeper that ran as ``uid``); its ``kill(-1)``
-    also reaches the sweeper uid's processes, so sweeps are one at a time on the host (an
-    ``flock`` in the lock folder).
+    review's daemon stopped and killed a sweeper that ran as ``uid``). It starts as a
+    real-time process (``SCHED_FIFO``, where the host allows it): a second review's daemon
+    starved a sweeper of CPU for 30 s through a scheduler fault of this VM's kernel. Its
+    ``kill(-1)`` also reaches the sweeper uid's processes, so sweeps are one at a time on
+    the host, and the sweeper uid's lock is held meanwhile: a pool whose span overlaps
+    this one's cannot have a worker of that uid (a review's overlapping pools killed each
+    other's workers).
 
     Raises:
         ValueError: ``uid`` is not a process-tier uid.
-        SweepFailed: the sweep could not run, did not end in time, or left a live process.
+        SweepFailed: the sweep could not run, did not end in time, or left a live process;
+            or the sweeper's uid is a live worker's (spans of two pools overlap).
     """
     if uid not in process_uids():
         raise ValueError(f"uid {uid} is not a process-tier uid; refusing to kill its processes")
+    sweeper = sweeper_uid()
     folder = _lock_folder()
     try:
         turn = _lock(folder, "sweep", wait=True)
+        assert turn is not None
+        mine = _lock(folder, str(sweeper), wait=False)
     finally:
         os.close(folder)
     try:
-        done = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", _SWEEP, str(sweeper_uid()), str(uid)],
-            env={},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as e:
+        if mine is None:
+            raise SweepFailed(
+                f"sweeping uid {uid}: the sweeper's uid {sweeper} is a live worker's (another "
+                "pool's CODEGYM_SANDBOX_UID span overlaps this one's); give pools spans "
+                f"{UIDS_NEEDED} apart"
+            )
+        code, said = _run_sweeper(sweeper, uid)
+        if code != 0:
+            raise SweepFailed(f"sweeping uid {uid}: exit {code}: {said}")
+    finally:
+        for fd in (turn, mine):
+            if fd is not None:
+                os.close(fd)
+
+
+def _run_sweeper(sweeper: int, uid: int) -> tuple[int, str]:
+    """Run ``_SWEEP``; its exit status (negative: the signal) and the end of its stderr."""
+    r, w = os.pipe()
+    argv = [sys.executable, "-I", "-S", "-c", _SWEEP, str(sweeper), str(uid)]
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_DUP2, w, 2),
+    ]
+    try:
+        try:
+            fifo = (os.SCHED_FIFO, os.sched_param(1))  # (it forks nothing)
+            pid = os.posix_spawn(argv[0], argv, {}, file_actions=actions, scheduler=fifo)
+        except PermissionError:  # no CAP_SYS_NICE (a container): as an ordinary process
+            pid = os.posix_spawn(argv[0], argv, {}, file_actions=actions)
+    except OSError as e:
+        os.close(r)
         raise SweepFailed(f"sweeping uid {uid}: {e}") from None
     finally:
-        os.close(turn)  # type: ignore[arg-type]
-    if done.returncode != 0:
-        said = done.stderr.decode(errors="replace").strip()[-300:]
-        raise SweepFailed(f"sweeping uid {uid}: exit {done.returncode}: {said}")
+        os.close(w)
+    with os.fdopen(r, "rb") as err:
+        ended = _wait(pid, 30)
+        if not ended:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        os.set_blocking(r, False)
+        said = (err.read(4096) or b"").decode(errors="replace").strip()[-300:]
+    if not ended:
+        return -signal.SIGKILL, f"no end within 30 s {said}".strip()
+    return os.waitstatus_to_exitcode(status), said
+
+
+def _wait(pid: int, timeout: float) -> bool:
+    """Whether child ``pid`` ended within ``timeout`` seconds (not reaped)."""
+    fd = os.pidfd_open(pid)
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
 
 
 _quarantined: list[int] = []
