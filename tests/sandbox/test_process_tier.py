@@ -233,3 +233,17 @@ async def test_sweep_refuses_a_uid_outside_the_process_tier_span() -> None:
     for uid in (0, os.getuid(), sandbox_uid() - 1, sandbox_uids()[0], sweeper_uid(), 65534):
         with pytest.raises(ValueError, match="not a process-tier uid"):
             sweep_uid(uid)
+
+
+async def test_workers_starting_and_stopping_together_each_get_their_sweep() -> None:
+    """Sweeps are one at a time on the host; two workers of one pool wait their turns (the
+    first version let the second find the sweeper's uid still locked, and fail)."""
+    for _ in range(5):
+        with pytest.warns(UserWarning, match="NO real isolation"):
+            box = Sandbox(tier="process", workers=3)
+            await box.start()
+        try:
+            results = await asyncio.gather(*(box.run_python("print(1)") for _ in range(6)))
+            assert all(r.stdout == "1\n" for r in results), [r.reason for r in results]
+        finally:
+            await box.close()

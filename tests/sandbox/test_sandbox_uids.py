@@ -87,7 +87,7 @@ def test_a_sweep_refuses_while_its_own_uid_is_a_worker_s(monkeypatch: pytest.Mon
     sweep's kill(-1) would reach that worker (found by review). The sweep refuses instead."""
     monkeypatch.setenv("CODEGYM_SANDBOX_UID", "70000")  # off the span the other tests use
     sweeper = _uids.sweeper_uid()
-    uid, held = _uids.claim_uid(range(sweeper, sweeper + 1))  # as the other pool's worker
+    _, held = _uids.claim_uid(range(sweeper, sweeper + 1))  # as the other pool's worker
     try:
         with pytest.raises(_uids.SweepFailed, match="overlaps this one's"):
             _uids.sweep_uid(_uids.process_uids()[0])

@@ -277,7 +277,7 @@ def sweep_uid(uid: int) -> None:
         if code != 0:
             raise SweepFailed(f"sweeping uid {uid}: exit {code}: {said}")
     finally:
-        for fd in (turn, mine):
+        for fd in (mine, turn):  # the next sweep's turn only once this one's uid is free
             if fd is not None:
                 os.close(fd)
 
