@@ -94,3 +94,33 @@ def test_a_sweep_refuses_while_its_own_uid_is_a_worker_s(monkeypatch: pytest.Mon
     finally:
         os.close(held)
     _uids.sweep_uid(_uids.process_uids()[0])  # nothing of that uid's left: ends at once
+
+
+@root_only
+def test_a_span_overlapping_a_live_process_s_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pools 1 apart: one's layer owner is the other's sweeper, whose sweeps its workspace
+    programs could then stop (found by review). The second pool is refused, and once the
+    first process is gone its span is free again."""
+    import subprocess
+    import sys
+
+    hold = (
+        "import os, sys, time; os.environ['CODEGYM_SANDBOX_UID'] = '71000'\n"
+        "from codegym.sandbox import _uids; _uids.register_span(); print('held', flush=True)\n"
+        "time.sleep(60)"
+    )
+    other = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "held\n"
+        monkeypatch.setenv("CODEGYM_SANDBOX_UID", "71001")
+        with pytest.raises(PermissionError, match="the 514 uids from 71000, which overlap"):
+            _uids.register_span()
+        monkeypatch.setenv("CODEGYM_SANDBOX_UID", str(71000 + 2 * _uids.UIDS_NEEDED))
+        _uids.register_span()  # far enough
+        os.close(_uids._registered.pop((str(_uids.UID_LOCKS), 71000 + 2 * _uids.UIDS_NEEDED)))
+    finally:
+        other.kill()
+        other.wait()
+    monkeypatch.setenv("CODEGYM_SANDBOX_UID", "71001")
+    _uids.register_span()  # the holder is gone
+    os.close(_uids._registered.pop((str(_uids.UID_LOCKS), 71001)))

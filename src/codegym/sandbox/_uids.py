@@ -28,6 +28,7 @@ import signal
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from codegym.sandbox.errors import SandboxInputError
@@ -166,6 +167,48 @@ def _lock(folder: int, name: str, wait: bool) -> int | None:
     return fd
 
 
+_registered: dict[tuple[str, int], int] = {}  # (lock folder, base) -> its lock, held until exit
+
+
+def register_span() -> None:
+    """Mark this process's span (from ``sandbox_uid()``) as in use, until it exits; refuse
+    a span that overlaps a live process's other span.
+
+    Two pools whose ``CODEGYM_SANDBOX_UID`` differ by less than ``UIDS_NEEDED`` share uids
+    in different roles: one's workers, or its workspace workers (the layer owner, never
+    claimed), could be the other's sweeper, and signal or stop its sweeps (found by
+    review). Each base is a file in the lock folder, locked shared by every process using
+    it; a file no live process holds is left from a dead one.
+
+    Raises:
+        PermissionError: another live process uses an overlapping span (says whose and
+            the fix), or the lock folder is not ours alone.
+    """
+    base = sandbox_uid()
+    if (str(UID_LOCKS), base) in _registered:
+        return
+    folder = _lock_folder()
+    try:
+        for name in os.listdir(folder):
+            other = int(name[5:]) if name.startswith("span-") and name[5:].isdigit() else None
+            if other is None or other == base or abs(other - base) >= UIDS_NEEDED:
+                continue
+            fd = _lock(folder, name, wait=False)
+            if fd is None:  # held: a live process's
+                raise PermissionError(
+                    f"CODEGYM_SANDBOX_UID={base}: a live process runs sandboxes on the "
+                    f"{UIDS_NEEDED} uids from {other}, which overlap these; give each "
+                    f"CODEGYM_SANDBOX_UID at least {UIDS_NEEDED} from any other"
+                )
+            os.close(fd)
+        flags = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(f"span-{base}", flags, 0o600, dir_fd=folder)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        _registered[str(UID_LOCKS), base] = fd
+    finally:
+        os.close(folder)
+
+
 def claim_uid(uids: range | None = None) -> tuple[int, int]:
     """A host uid of ``uids`` (default ``sandbox_uids()``) no other live worker on this
     host runs as, and the lock that holds it.
@@ -180,6 +223,7 @@ def claim_uid(uids: range | None = None) -> tuple[int, int]:
             the lock folder is not ours alone (``PermissionError``).
     """
     span = sandbox_uids() if uids is None else uids
+    register_span()
     folder = _lock_folder()
     try:
         for uid in span:
@@ -263,7 +307,13 @@ def sweep_uid(uid: int) -> None:
     try:
         turn = _lock(folder, "sweep", wait=True)
         assert turn is not None
-        mine = _lock(folder, str(sweeper), wait=False)
+        # a worker being started forks with every fd until its exec, an earlier sweep's
+        # lock of this uid among them: held for milliseconds, not for a worker's life
+        deadline = time.monotonic() + 2
+        while (mine := _lock(folder, str(sweeper), wait=False)) is None:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
     finally:
         os.close(folder)
     try:

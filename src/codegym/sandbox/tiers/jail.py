@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 from codegym.sandbox import _cgroups
-from codegym.sandbox._uids import claim_uid, sandbox_uid, uid_problem
+from codegym.sandbox._uids import claim_uid, register_span, sandbox_uid, uid_problem
 from codegym.sandbox._zygote import WS_KEEP, WS_LAYERS, WS_RUN
 from codegym.sandbox.images.layers import layer_owner
 from codegym.sandbox.tier import (
@@ -80,6 +80,8 @@ class JailTier(Tier):
         if spec.layers is not None:
             # layers are owned by one uid, which the worker must map (see layer_owner)
             uid, lock = layer_owner(), None
+            if os.geteuid() == 0:
+                register_span()  # (claim_uid does it for the other workers)
         else:
             uid, lock = claim_uid() if os.geteuid() == 0 else (os.geteuid(), None)
         cgroup = _cgroups.WorkerCgroup(
