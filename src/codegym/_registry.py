@@ -95,7 +95,7 @@ def _may_declare(group: str) -> bool:
     distributions other than the path's), goes to ``importlib.metadata``, which decides.
     """
     if any(
-        hasattr(finder, "find_distributions") and finder is not importlib.machinery.PathFinder
+        hasattr(finder, "find_distributions") and not _searches_the_path(finder)
         for finder in sys.meta_path
     ):
         return True
@@ -117,6 +117,16 @@ def _may_declare(group: str) -> bool:
                 except OSError:
                     continue
     return False
+
+
+def _searches_the_path(finder: object) -> bool:
+    """Whether a finder's distributions are the ``sys.path`` folders' (the standard one, and
+    the ``importlib_metadata`` backport's, which mlflow and others import)."""
+    kind = finder if isinstance(finder, type) else type(finder)
+    return finder is importlib.machinery.PathFinder or (kind.__module__, kind.__name__) == (
+        "importlib_metadata",
+        "MetadataPathFinder",
+    )
 
 
 def _load_module(name: str, source: str) -> None:

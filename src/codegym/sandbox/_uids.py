@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from codegym.errors import CodegymError
 from codegym.sandbox.errors import SandboxInputError
 
 log = logging.getLogger("codegym.sandbox")
@@ -235,7 +236,7 @@ def claim_uid(uids: range | None = None) -> tuple[int, int]:
     raise OSError(f"all {len(span)} sandbox uids from {span.start} are in use")
 
 
-class SweepFailed(OSError):
+class SweepFailed(CodegymError, OSError):
     """A sweep (``sweep_uid``) did not end, or left a live process of the uid."""
 
 
