@@ -100,7 +100,7 @@ async def _score_all(
     opening take 0.3-0.6 s), and is put in ``opened`` for the caller to record the run in
     and close."""
     opening = asyncio.create_task(
-        _none() if no_store else asyncio.to_thread(store_or_fail, store_path)
+        asyncio.sleep(0) if no_store else asyncio.to_thread(store_or_fail, store_path)
     )
     try:
         needs = [tasks[s["task_id"]] for s in samples]
@@ -130,10 +130,6 @@ async def _score_all(
         else next(scored)
         for s in samples
     ]
-
-
-async def _none() -> None:
-    return None
 
 
 def _cache(store: Store | None) -> Any:

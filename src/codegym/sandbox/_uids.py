@@ -156,12 +156,13 @@ def _lock_folder() -> int:
     return folder
 
 
-def _lock(folder: int, name: str, wait: bool) -> int | None:
+def _lock(folder: int, name: str, wait: bool, shared: bool = False) -> int | None:
     """An ``flock`` on the file ``name`` in the lock folder: its fd, or None if held."""
     flags = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(name, flags, 0o600, dir_fd=folder)
+    how = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        fcntl.flock(fd, how | (0 if wait else fcntl.LOCK_NB))
     except BlockingIOError:
         os.close(fd)
         return None
@@ -202,10 +203,9 @@ def register_span() -> None:
                     f"CODEGYM_SANDBOX_UID at least {UIDS_NEEDED} from any other"
                 )
             os.close(fd)
-        flags = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(f"span-{base}", flags, 0o600, dir_fd=folder)
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        _registered[str(UID_LOCKS), base] = fd
+        mine = _lock(folder, f"span-{base}", wait=True, shared=True)
+        assert mine is not None
+        _registered[str(UID_LOCKS), base] = mine
     finally:
         os.close(folder)
 
