@@ -24,8 +24,61 @@ def test_sandbox_uids_that_reach_root_or_a_system_uid_are_refused(
     for name in ("jail", "process"):
         problems = tiers.make_tier(name, None).problems()
         assert any(f"CODEGYM_SANDBOX_UID={value!r}" in p for p in problems), (name, problems)
-    monkeypatch.setenv("CODEGYM_SANDBOX_UID", "64055")
+    monkeypatch.delenv("CODEGYM_SANDBOX_UID")
     assert _uids.uid_problem() is None
+
+
+@root_only
+@pytest.mark.parametrize(
+    ("first", "what"),
+    [
+        (64055, "DynamicUser= range"),  # the default until 2026-12-06
+        (60000 - _uids.UIDS_NEEDED + 2, "systemd-homed"),  # its last uid is 60001
+        (65530, "nobody"),
+        (1879048191 - 10, "containers' uids"),
+        (2147352576 + 100, "foreign-uid range"),
+        (2147483648 - 5, "2^31"),
+    ],
+)
+def test_spans_in_ranges_systemd_hands_out_are_refused(
+    monkeypatch: pytest.MonkeyPatch, first: int, what: str
+) -> None:
+    """systemd makes accounts in these ranges as services and containers start, in no
+    file the local-account check reads: a program would run as such a service's uid, and
+    a process-tier sweep would kill its processes."""
+    monkeypatch.setenv("CODEGYM_SANDBOX_UID", str(first))
+    for name in ("jail", "process"):
+        problems = tiers.make_tier(name, None).problems()
+        assert any(what in p and "e.g. the default 2000000000" in p for p in problems), problems
+    for fine in (65536, 70000, 1879048192, 2147352576 - _uids.UIDS_NEEDED):
+        monkeypatch.setenv("CODEGYM_SANDBOX_UID", str(fine))
+        assert _uids.uid_problem() is None, fine
+
+
+@root_only
+def test_a_dead_process_s_span_file_is_removed_and_a_live_one_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registrations are one at a time, and each removes the span files no live process
+    holds (one file per base ever used piled up before)."""
+    locks = tmp_path / "codegym-uids"
+    locks.mkdir(mode=0o700)
+    monkeypatch.setattr(_uids, "UID_LOCKS", locks)
+    (locks / "span-75000").write_bytes(b"")  # a dead process's
+    folder = os.open(locks, os.O_RDONLY | os.O_DIRECTORY)
+    live = _uids._lock(folder, "span-76000", wait=True, shared=True)  # a live one's
+    os.close(folder)
+    monkeypatch.setenv("CODEGYM_SANDBOX_UID", "77000")
+    try:
+        _uids.register_span()
+        assert sorted(p.name for p in locks.iterdir()) == ["span-76000", "span-77000", "spans"]
+        assert _uids.span_in_use(76000) and _uids.span_in_use(77000)
+        assert not _uids.span_in_use(75000) and not (locks / "span-75000").exists()
+    finally:
+        assert live is not None
+        os.close(live)
+        os.close(_uids._registered.pop((str(locks), 77000)))
+    assert not _uids.span_in_use(76000)
 
 
 @root_only
@@ -63,22 +116,37 @@ def test_uid_locks_in_a_folder_another_uid_made_are_refused(
 
 
 @root_only
-def test_a_span_holding_a_local_account_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_span_holding_a_local_account_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Programs would run as that account, and a process-tier sweep would kill its
-    processes (review: the default's first uid is libvirt-qemu on some Debian hosts)."""
-    accounts = [line.split(":") for line in Path("/etc/passwd").read_text().splitlines()]
-    high = [(int(a[2]), a[0]) for a in accounts if len(a) > 2 and a[2].isdigit()]
-    high = [(uid, name) for uid, name in high if uid >= 1000 + _uids.UIDS_NEEDED]
-    if not high:
-        pytest.skip("no local account above the lowest span to collide with")
-    uid, name = high[0]
-    monkeypatch.setenv("CODEGYM_SANDBOX_UID", str(uid - _uids.UIDS_NEEDED + 1))  # its last
-    for tier_name in ("jail", "process"):
-        problems = tiers.make_tier(tier_name, None).problems()
-        assert any(f"uid {uid} is {name!r} in /etc/passwd" in p for p in problems), problems
-        assert any("set CODEGYM_SANDBOX_UID to the first of" in p for p in problems)
-    monkeypatch.setenv("CODEGYM_SANDBOX_UID", str(uid + 1))  # just past it
-    assert _uids.uid_problem() is None or f"uid {uid} " not in (_uids.uid_problem() or "")
+    processes (review: the old default's first uid is libvirt-qemu on some Debian hosts).
+    The account files are planted, so the test does not depend on the host's accounts."""
+    files = {
+        "passwd": "root:x:0:0::/root:/bin/sh\nsvc:x:80100:80100::/:/bin/false\n",
+        "group": "root:x:0:\ngrp:x:81100:\n",
+        "subuid": "alice:82000:65536\n",
+        "subgid": "alice:not:numbers\n",  # ignored, as the shadow tools would
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(_uids, "ACCOUNT_FILES", tuple(str(tmp_path / n) for n in files))
+    _uids._local_account.cache_clear()
+    for first, said in [
+        (80100 - _uids.UIDS_NEEDED + 1, "uid 80100 is 'svc' in"),  # its last uid
+        (81000, "uid 81100 is 'grp' in"),
+        (81900, 'uid 82000 is "alice\'s subordinate ids" in'),
+        (147000, 'uid 147000 is "alice\'s subordinate ids" in'),
+    ]:
+        monkeypatch.setenv("CODEGYM_SANDBOX_UID", str(first))
+        for tier_name in ("jail", "process"):
+            problems = tiers.make_tier(tier_name, None).problems()
+            assert any(said in p for p in problems), (first, problems)
+            assert any("set CODEGYM_SANDBOX_UID to the first of" in p for p in problems)
+    for fine in (80101, 83000 + 65536):  # just past the account, past the subordinate ids
+        monkeypatch.setenv("CODEGYM_SANDBOX_UID", str(fine))
+        assert _uids.uid_problem() is None, fine
+    _uids._local_account.cache_clear()
 
 
 @root_only

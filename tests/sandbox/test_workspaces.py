@@ -438,3 +438,58 @@ async def test_a_frozen_layer_never_reaches_the_judge(
     # a frozen image from a store that did not record its built layers trusts none
     old = dataclasses.replace(frozen, built=None)
     assert old.built_layers == 0 and dataclasses.replace(image, built=None).built_layers > 0
+
+
+async def test_layers_of_another_span_are_re_owned_unless_a_live_pool_uses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A cache built under another CODEGYM_SANDBOX_UID (or the default before 2026-12-06)
+    has layers the jail shows as nobody's: a program writing an image file got EACCES,
+    scored as its own error. They are re-owned on first use, unless that span is a live
+    pool's (whose runs would then fail the same way): then a clear error."""
+    import os
+    import tempfile
+
+    from codegym.sandbox import _uids
+    from codegym.sandbox.images.errors import ImageOwnerError
+    from codegym.sandbox.images.layers import layer_owner, remove_tree, reown
+    from workspace_kit import build_tiny_image
+
+    if os.geteuid() != 0:
+        pytest.skip("layers have one owner per user without root")
+    root = Path(tempfile.mkdtemp(prefix="codegym-test-owner-"))
+    os.chmod(root, 0o755)
+    try:
+        monkeypatch.setenv("CODEGYM_SANDBOX_UID", "72000")
+        old_owner = layer_owner()
+        store, img = build_tiny_image(root)
+        monkeypatch.delenv("CODEGYM_SANDBOX_UID")
+        layers = [store.layer_paths_of(d) for d in img.layers]
+        assert {p.stat().st_uid for p in layers} == {old_owner} != {layer_owner()}
+        box = Sandbox(tier="jail", workers=1, images=store)
+        try:
+            await box.start()
+        except HostUnsupported as e:
+            no_jail(e)
+        try:
+            write = "open('calc/__init__.py', 'a').write('X = 1\\n')\nimport calc; print(calc.X)"
+            r = await box.run_python(write, workspace=img, limits=LIM)
+            assert (r.verdict, r.stdout) == (Verdict.OK, "1\n"), r.stderr
+            assert {p.stat().st_uid for p in layers} == {layer_owner()}
+            assert {p.lstat().st_uid for p in layers[0].rglob("*")} == {layer_owner()}
+            for p in layers:
+                reown(p, old_owner)  # as if that span had built it again
+            monkeypatch.setenv("CODEGYM_SANDBOX_UID", "72000")
+            _uids.register_span()  # a live pool on that span
+            monkeypatch.delenv("CODEGYM_SANDBOX_UID")
+            try:
+                with pytest.raises(ImageOwnerError, match="CODEGYM_SANDBOX_UID=72000"):
+                    await box.run_python(write, workspace=img, limits=LIM)
+            finally:
+                os.close(_uids._registered.pop((str(_uids.UID_LOCKS), 72000)))
+            r = await box.run_python(write, workspace=img, limits=LIM)
+            assert (r.verdict, r.stdout) == (Verdict.OK, "1\n"), r.stderr
+        finally:
+            await box.close()
+    finally:
+        remove_tree(root)

@@ -2,8 +2,8 @@
 
 From ``sandbox_uid()`` (``$CODEGYM_SANDBOX_UID``) on, ``2 * UID_SPAN + 2`` uids:
 
-- ``sandbox_uids()``: the ``jail`` and ``gvisor`` workers', one per live worker
-  (``claim_uid``);
+- ``sandbox_uids()``: the ``jail`` workers', one per live worker (``claim_uid``; gVisor's
+  run as its own kernel's users);
 - the image layers' owner (``images.layers.layer_owner``), which workspace workers run as;
 - ``sweeper_uid()``: no program ever runs as it (see ``sweep_uid``);
 - ``process_uids()``: the ``process`` tier's workers'. That tier has no pid namespace, so a
@@ -12,9 +12,12 @@ From ``sandbox_uid()`` (``$CODEGYM_SANDBOX_UID``) on, ``2 * UID_SPAN + 2`` uids:
   ``/proc``, found by review), and each is swept (``sweep_uid``) when a worker claims it
   and when it lets it go.
 
-None of them may belong to a local user or group: a program would run as that account, and
-a sweep would kill its processes (the default's first uid is ``libvirt-qemu`` on some
-Debian and Ubuntu hosts).
+None of them may belong to a local user or group, or lie in a range systemd hands out
+(``RESERVED``): a program would run as that account, and a sweep would kill its processes.
+The default, 2,000,000,000, is in the range systemd leaves unused (1879048192-2147352575);
+until 2026-12-06 it was 64055, ``libvirt-qemu`` on some Debian and Ubuntu hosts and inside
+systemd's ``DynamicUser=`` range (image layers of that owner are re-owned on first use:
+``images.store``).
 """
 
 from __future__ import annotations
@@ -37,10 +40,20 @@ from codegym.sandbox.errors import SandboxInputError
 log = logging.getLogger("codegym.sandbox")
 
 UID_SPAN = 256
-"""Workers of the jail and gVisor tiers take their uids from ``sandbox_uid()`` up to this
+"""Workers of the jail tier take their uids from ``sandbox_uid()`` up to this
 many above it; the process tier's take as many after the layer owner and the sweeper."""
 UIDS_NEEDED = 2 * UID_SPAN + 2
-DEFAULT_UID = 64055
+DEFAULT_UID = 2_000_000_000
+RESERVED = (
+    (60001, 60577, "systemd-homed's users and the users systemd-nspawn binds in"),
+    (61184, 65519, "systemd's DynamicUser= range"),
+    (65534, 65535, "nobody and the 16-bit -1"),
+    (524288, 1879048191, "systemd's range for containers' uids"),
+    (2147352576, 2147418111, "systemd's foreign-uid range"),
+    (2147483648, (1 << 32) - 1, "uids from 2^31, which tools that read uids as signed get wrong"),
+)
+"""Ranges a span may not touch: ids in them belong to accounts in no file (systemd makes
+them as services and containers start), or are special. Their bounds are inclusive."""
 
 
 def sandbox_uid() -> int:
@@ -66,7 +79,7 @@ def sandbox_uid() -> int:
 
 
 def sandbox_uids() -> range:
-    """Every host uid a jail or gVisor worker may run as when codegym runs as root."""
+    """Every host uid a jail worker may run as when codegym runs as root."""
     return range(sandbox_uid(), sandbox_uid() + UID_SPAN)
 
 
@@ -89,15 +102,27 @@ def uid_problem() -> str | None:
         first = sandbox_uid()
     except SandboxInputError as e:
         return str(e)
+    last = first + UIDS_NEEDED - 1
+    for lo, hi, what in RESERVED:
+        if lo <= last and first <= hi:
+            return (
+                f"CODEGYM_SANDBOX_UID={first}: its {UIDS_NEEDED} uids reach {what} "
+                f"({lo}-{hi}), where accounts come and go in no file; set "
+                f"CODEGYM_SANDBOX_UID to the first of {UIDS_NEEDED} unused uids outside it, "
+                f"e.g. the default {DEFAULT_UID}"
+            )
     taken = _local_account(first, first + UIDS_NEEDED)
     if taken is not None:
         uid, name, where = taken
         return (
             f"uid {uid} is {name!r} in {where}, but sandboxed programs would run as it "
             f"(the {UIDS_NEEDED} uids from CODEGYM_SANDBOX_UID={first}); set "
-            "CODEGYM_SANDBOX_UID to the first of as many unused uids, e.g. 2000000000"
+            "CODEGYM_SANDBOX_UID to the first of as many unused uids, e.g. 1900000000"
         )
     return None
+
+
+ACCOUNT_FILES = ("/etc/passwd", "/etc/group", "/etc/subuid", "/etc/subgid")
 
 
 @functools.cache
@@ -105,15 +130,15 @@ def _local_account(lo: int, hi: int) -> tuple[int, str, str] | None:
     """The first uid (or gid: a worker's group is its uid) in ``[lo, hi)`` that a local
     account or group has, or a subordinate range (rootless containers' host uids) covers,
     as (id, name, file). Only the local files: asking NSS for 514 ids could wait on a
-    directory server each time. (Not seen: systemd's ``DynamicUser=`` uids, in no file.)"""
-    for where in ("/etc/passwd", "/etc/group", "/etc/subuid", "/etc/subgid"):
+    directory server each time. (systemd's ``DynamicUser=`` uids, in no file: ``RESERVED``.)"""
+    for where in ACCOUNT_FILES:
         try:
             lines = Path(where).read_text(errors="replace").splitlines()
         except OSError:
             continue
         for line in lines:
             fields = line.split(":")
-            if where.startswith("/etc/sub"):  # name:first:count
+            if Path(where).name.startswith("sub"):  # name:first:count
                 if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
                     first, count = int(fields[1]), int(fields[2])
                     if first < hi and lo < first + count:
@@ -156,9 +181,11 @@ def _lock_folder() -> int:
     return folder
 
 
-def _lock(folder: int, name: str, wait: bool, shared: bool = False) -> int | None:
+def _lock(
+    folder: int, name: str, wait: bool, shared: bool = False, create: bool = True
+) -> int | None:
     """An ``flock`` on the file ``name`` in the lock folder: its fd, or None if held."""
-    flags = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = (os.O_CREAT if create else 0) | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(name, flags, 0o600, dir_fd=folder)
     how = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
@@ -180,7 +207,9 @@ def register_span() -> None:
     in different roles: one's workers, or its workspace workers (the layer owner, never
     claimed), could be the other's sweeper, and signal or stop its sweeps (found by
     review). Each base is a file in the lock folder, locked shared by every process using
-    it; a file no live process holds is left from a dead one.
+    it. Registrations are one at a time on the host (the ``spans`` lock), so two processes
+    cannot both find the other's span free; a span file no live process holds is left
+    from a dead one and removed then (no one can be opening it meanwhile).
 
     Raises:
         PermissionError: another live process uses an overlapping span (says whose and
@@ -190,23 +219,50 @@ def register_span() -> None:
     if (str(UID_LOCKS), base) in _registered:
         return
     folder = _lock_folder()
+    turn = None
     try:
+        turn = _lock(folder, "spans", wait=True)
         for name in os.listdir(folder):
             other = int(name[5:]) if name.startswith("span-") and name[5:].isdigit() else None
-            if other is None or other == base or abs(other - base) >= UIDS_NEEDED:
+            if other is None:
                 continue
             fd = _lock(folder, name, wait=False)
-            if fd is None:  # held: a live process's
+            if fd is not None:  # no live process holds it
+                os.unlink(name, dir_fd=folder)
+                os.close(fd)
+            elif other != base and abs(other - base) < UIDS_NEEDED:
                 raise PermissionError(
                     f"CODEGYM_SANDBOX_UID={base}: a live process runs sandboxes on the "
                     f"{UIDS_NEEDED} uids from {other}, which overlap these; give each "
                     f"CODEGYM_SANDBOX_UID at least {UIDS_NEEDED} from any other"
                 )
-            os.close(fd)
         mine = _lock(folder, f"span-{base}", wait=True, shared=True)
         assert mine is not None
         _registered[str(UID_LOCKS), base] = mine
     finally:
+        if turn is not None:
+            os.close(turn)
+        os.close(folder)
+
+
+def span_in_use(base: int) -> bool:
+    """Whether a live process has registered the span from ``base`` (``register_span``)."""
+    if (str(UID_LOCKS), base) in _registered:
+        return True
+    folder = _lock_folder()
+    turn = _lock(folder, "spans", wait=True)  # (a probe beside a registration could fail it)
+    try:
+        try:
+            fd = _lock(folder, f"span-{base}", wait=False, create=False)
+        except FileNotFoundError:
+            return False
+        if fd is None:
+            return True
+        os.close(fd)
+        return False
+    finally:
+        if turn is not None:
+            os.close(turn)
         os.close(folder)
 
 

@@ -20,3 +20,8 @@ class ImageBuildError(ImageError):
 
 class ImageNotFound(ImageError, SandboxInputError):
     """No image in the cache answers to the reference."""
+
+
+class ImageOwnerError(ImageError, SandboxInputError):
+    """An image's layers belong to a uid this process's workspace workers do not run as
+    (another ``CODEGYM_SANDBOX_UID``, or another user), and cannot be given to theirs."""

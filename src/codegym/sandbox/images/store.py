@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import time
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from codegym.sandbox.images import layers as _layers
-from codegym.sandbox.images.errors import ImageNotFound
+from codegym.sandbox.images.errors import ImageNotFound, ImageOwnerError
 
 ROOT = "/work"
 """Where a workspace is mounted: the source's root, and the working directory."""
@@ -38,6 +39,7 @@ DEBIAN = f"{ROOT}/.debian"
 """Debian packages' files, unpacked under this folder."""
 MAX_LAYERS = 32
 _HEX = re.compile(r"^(?:sha256:)?([0-9a-f]{6,64})$")
+log = logging.getLogger("codegym.sandbox")
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,50 @@ class ImageStore:
                 f"image {image.digest} is missing layers ({', '.join(missing)}); "
                 "rebuild it with `codegym image build SPEC`"
             )
+        self._owned(image, paths)
         return paths
+
+    def _owned(self, image: Image, paths: list[Path]) -> None:
+        """Make sure the workspace workers' uid (``layer_owner``) owns every layer.
+
+        Overlayfs in a jail's user namespace shows a layer of any other owner as
+        ``nobody``'s, and a program that writes one of its files gets ``EACCES``: scored
+        as the program's error, though the cache is at fault (a cache built under another
+        ``CODEGYM_SANDBOX_UID``, or under the default before 2026-12-06). As root the
+        layers are re-owned, unless their owner is the layer owner of a live process's
+        span (re-owning would fail that pool's runs the same way).
+
+        Raises:
+            ImageOwnerError: a layer is another user's (not root), or a live pool's.
+        """
+        uid = _layers.layer_owner()
+        wrong = [p for p in paths if os.lstat(p).st_uid != uid]
+        if not wrong:
+            return
+        if os.geteuid() != 0:
+            raise ImageOwnerError(
+                f"image {image.digest}: its layers in {self.layers_dir} belong to uid "
+                f"{os.lstat(wrong[0]).st_uid}, not to you (uid {uid}), and a workspace's "
+                "program could not change their files; use an image cache of your own "
+                "(CODEGYM_IMAGE_CACHE) and build the image there"
+            )
+        from codegym.sandbox._uids import UID_SPAN, span_in_use
+
+        with self.lock("owner"):
+            for p in wrong:
+                owner = os.lstat(p).st_uid
+                if owner == uid:
+                    continue  # re-owned by another process meanwhile
+                if owner - UID_SPAN >= 1000 and span_in_use(owner - UID_SPAN):
+                    raise ImageOwnerError(
+                        f"image {image.digest}: its layers in {self.layers_dir} belong to "
+                        f"uid {owner}, the layer owner of a live process with "
+                        f"CODEGYM_SANDBOX_UID={owner - UID_SPAN} (this one's layer owner is "
+                        f"{uid}); pools with different CODEGYM_SANDBOX_UIDs need image "
+                        "caches of their own (CODEGYM_IMAGE_CACHE)"
+                    )
+                _layers.reown(p, uid)
+                log.info("image layer %s re-owned from uid %d to %d", p.name, owner, uid)
 
     def layer_paths_of(self, digest: str) -> Path:
         return _layers.layer_path(self.layers_dir, digest)
