@@ -72,13 +72,13 @@ def test_a_dead_process_s_span_file_is_removed_and_a_live_one_kept(
     try:
         _uids.register_span()
         assert sorted(p.name for p in locks.iterdir()) == ["span-76000", "span-77000", "spans"]
-        assert _uids.span_in_use(76000) and _uids.span_in_use(77000)
-        assert not _uids.span_in_use(75000) and not (locks / "span-75000").exists()
+        assert _uids.live_span_of(76000 + 5) == 76000 and _uids.live_span_of(77000) == 77000
+        assert _uids.live_span_of(75000) is None and not (locks / "span-75000").exists()
     finally:
         assert live is not None
         os.close(live)
         os.close(_uids._registered.pop((str(locks), 77000)))
-    assert not _uids.span_in_use(76000)
+    assert _uids.live_span_of(76000) is None
 
 
 @root_only

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import dataclasses
 import shutil
 import subprocess
@@ -440,48 +441,40 @@ async def test_a_frozen_layer_never_reaches_the_judge(
     assert old.built_layers == 0 and dataclasses.replace(image, built=None).built_layers > 0
 
 
-async def test_layers_of_another_span_are_re_owned_unless_a_live_pool_uses_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_layers_of_another_span_are_adopted_unless_a_live_pool_uses_it(
+    monkeypatch: pytest.MonkeyPatch,
 ):
     """A cache built under another CODEGYM_SANDBOX_UID (or the default before 2026-12-06)
     has layers the jail shows as nobody's: a program writing an image file got EACCES,
-    scored as its own error. They are re-owned on first use, unless that span is a live
-    pool's (whose runs would then fail the same way): then a clear error."""
+    scored as its own error. They are adopted (copied, checked, swapped in) on first use,
+    unless that span is a live pool's (whose runs would then fail the same way): then a
+    clear error."""
     import os
-    import tempfile
 
     from codegym.sandbox import _uids
     from codegym.sandbox.images.errors import ImageOwnerError
-    from codegym.sandbox.images.layers import layer_owner, remove_tree, reown
-    from workspace_kit import build_tiny_image
+    from codegym.sandbox.images.layers import layer_owner, remove_tree
 
-    if os.geteuid() != 0:
-        pytest.skip("layers have one owner per user without root")
-    root = Path(tempfile.mkdtemp(prefix="codegym-test-owner-"))
-    os.chmod(root, 0o755)
+    store, img, root = _foreign_image(monkeypatch)
     try:
-        monkeypatch.setenv("CODEGYM_SANDBOX_UID", "72000")
-        old_owner = layer_owner()
-        store, img = build_tiny_image(root)
-        monkeypatch.delenv("CODEGYM_SANDBOX_UID")
         layers = [store.layer_paths_of(d) for d in img.layers]
+        old_owner = layers[0].stat().st_uid
         assert {p.stat().st_uid for p in layers} == {old_owner} != {layer_owner()}
-        box = Sandbox(tier="jail", workers=1, images=store)
-        try:
-            await box.start()
-        except HostUnsupported as e:
-            no_jail(e)
-        try:
-            write = "open('calc/__init__.py', 'a').write('X = 1\\n')\nimport calc; print(calc.X)"
+        write = "open('calc/__init__.py', 'a').write('X = 1\\n')\nimport calc; print(calc.X)"
+        async with _pool(store) as box:
             r = await box.run_python(write, workspace=img, limits=LIM)
             assert (r.verdict, r.stdout) == (Verdict.OK, "1\n"), r.stderr
-            assert {p.stat().st_uid for p in layers} == {layer_owner()}
-            assert {p.lstat().st_uid for p in layers[0].rglob("*")} == {layer_owner()}
-            for p in layers:
-                reown(p, old_owner)  # as if that span had built it again
-            monkeypatch.setenv("CODEGYM_SANDBOX_UID", "72000")
-            _uids.register_span()  # a live pool on that span
-            monkeypatch.delenv("CODEGYM_SANDBOX_UID")
+        assert {p.stat().st_uid for p in layers} == {layer_owner()}
+        assert {p.lstat().st_uid for p in layers[0].rglob("*")} == {layer_owner()}
+        assert [digest(p) for p in layers] == list(img.layers)
+        for p in layers:  # that span's again, and now a live process's
+            for d, names, files in os.walk(p):
+                for name in (d, *(os.path.join(d, n) for n in names + files)):
+                    os.lchown(name, old_owner, old_owner)
+        monkeypatch.setenv("CODEGYM_SANDBOX_UID", "72000")
+        _uids.register_span()
+        monkeypatch.delenv("CODEGYM_SANDBOX_UID")
+        async with _pool(store) as box:
             try:
                 with pytest.raises(ImageOwnerError, match="CODEGYM_SANDBOX_UID=72000"):
                     await box.run_python(write, workspace=img, limits=LIM)
@@ -489,7 +482,75 @@ async def test_layers_of_another_span_are_re_owned_unless_a_live_pool_uses_it(
                 os.close(_uids._registered.pop((str(_uids.UID_LOCKS), 72000)))
             r = await box.run_python(write, workspace=img, limits=LIM)
             assert (r.verdict, r.stdout) == (Verdict.OK, "1\n"), r.stderr
-        finally:
-            await box.close()
     finally:
         remove_tree(root)
+
+
+@contextlib.asynccontextmanager
+async def _pool(store: ImageStore) -> AsyncIterator[Sandbox]:
+    box = Sandbox(tier="jail", workers=1, images=store)
+    try:
+        await box.start()
+    except HostUnsupported as e:
+        no_jail(e)
+    try:
+        yield box
+    finally:
+        await box.close()
+
+
+async def test_a_changed_layer_is_refused_and_a_hostile_one_never_hangs_the_adoption(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The old owner is a uid programs ran as. A review's probes made an in-place chown
+    walk give a host file away through a hard link, wait forever on a FIFO and overflow
+    the stack on a deep tree: the adoption copies through descriptors, follows nothing,
+    opens nothing blocking, loops instead of recursing, and checks the copy's digest."""
+    import os
+
+    from codegym.sandbox.images.errors import ImageOwnerError
+    from codegym.sandbox.images.layers import layer_owner, remove_tree
+
+    store, img, root = _foreign_image(monkeypatch)
+    try:
+        layers = [store.layer_paths_of(d) for d in img.layers]
+        src = next(p for p in layers if (p / "calc").is_dir())
+        old_owner = src.stat().st_uid
+        os.mkfifo(src / "calc" / "pipe")  # in no layer's digest: left out of the copy
+        fd = os.open(src / "data", os.O_RDONLY | os.O_DIRECTORY)
+        for _ in range(1200):  # deeper than 3.11's recursive walks go
+            os.mkdir("d", dir_fd=fd)
+            fd, up = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd), fd
+            os.close(up)
+        os.close(fd)
+        host = root / "host-secret"
+        host.write_text("secret\n")
+        os.link(host, src / "data" / "linked")  # what a hard link let a chown walk take
+        with pytest.raises(ImageOwnerError, match="no longer matches its digest"):
+            store.adopt(img)
+        assert host.stat().st_uid == 0 and src.stat().st_uid == old_owner
+        assert not list((store.root / "tmp").iterdir())  # the copy is gone
+        (src / "data" / "linked").unlink()
+        remove_tree(src / "data" / "d")
+        store.adopt(img)  # the FIFO is no layer's: left behind, nothing waited on
+        assert {p.stat().st_uid for p in layers} == {layer_owner()}
+        assert not (src / "calc" / "pipe").exists()
+    finally:
+        remove_tree(root)
+
+
+def _foreign_image(monkeypatch: pytest.MonkeyPatch) -> tuple[ImageStore, Image, Path]:
+    """The test image, built as a pool with another CODEGYM_SANDBOX_UID would have."""
+    import os
+    import tempfile
+
+    from workspace_kit import build_tiny_image
+
+    if os.geteuid() != 0:
+        pytest.skip("layers have one owner per user without root")
+    root = Path(tempfile.mkdtemp(prefix="codegym-test-owner-"))
+    os.chmod(root, 0o755)
+    monkeypatch.setenv("CODEGYM_SANDBOX_UID", "72000")
+    store, img = build_tiny_image(root)
+    monkeypatch.delenv("CODEGYM_SANDBOX_UID")
+    return store, img, root

@@ -245,21 +245,23 @@ def register_span() -> None:
         os.close(folder)
 
 
-def span_in_use(base: int) -> bool:
-    """Whether a live process has registered the span from ``base`` (``register_span``)."""
-    if (str(UID_LOCKS), base) in _registered:
-        return True
+def live_span_of(uid: int) -> int | None:
+    """The base of a live process's registered span (``register_span``) that holds
+    ``uid``, or None."""
     folder = _lock_folder()
     turn = _lock(folder, "spans", wait=True)  # (a probe beside a registration could fail it)
     try:
-        try:
-            fd = _lock(folder, f"span-{base}", wait=False, create=False)
-        except FileNotFoundError:
-            return False
-        if fd is None:
-            return True
-        os.close(fd)
-        return False
+        for name in os.listdir(folder):
+            base = int(name[5:]) if name.startswith("span-") and name[5:].isdigit() else None
+            if base is None or not base <= uid < base + UIDS_NEEDED:
+                continue
+            if (str(UID_LOCKS), base) in _registered:
+                return base
+            fd = _lock(folder, name, wait=False, create=False)
+            if fd is None:
+                return base
+            os.close(fd)
+        return None
     finally:
         if turn is not None:
             os.close(turn)

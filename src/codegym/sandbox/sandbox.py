@@ -341,7 +341,7 @@ class Sandbox:
         """
         if not isinstance(disk_mb, int) or not 1 <= disk_mb <= 1 << 16:
             raise SandboxInputError(f"disk_mb={disk_mb!r}: use an integer in 1..65536")
-        img = self._image(image)
+        img = await self._adopted(image)
         if self._closed or not self._started:
             raise SandboxClosed("the Sandbox is closed or not started")
         # the worker holding the fewest workspaces, those being opened counted (many opened
@@ -380,6 +380,15 @@ class Sandbox:
         self.images.layer_paths(img)  # every layer is in this cache
         if len(img.layers) > MAX_LAYERS:
             raise SandboxInputError(f"image {img.digest} stacks more than {MAX_LAYERS} layers")
+        return img
+
+    async def _adopted(self, image: str | Image) -> Image:
+        """``image``, its layers owned by this pool's workspace workers' uid: a layer of
+        another owner is adopted (``ImageStore.adopt``: a copy, checked, on a thread)."""
+        img = self._image(image)
+        assert self.images is not None
+        if self.images.foreign_layers(img):
+            await asyncio.to_thread(self.images.adopt, img)
         return img
 
     def _place(self, req: dict[str, Any], where: WorkspaceRef) -> None:
@@ -433,6 +442,8 @@ class Sandbox:
             raise SandboxClosed("use 'async with Sandbox(...)' or await start() first")
         kept = workspace if isinstance(workspace, Workspace) else None
         if workspace is not None:
+            if not isinstance(workspace, Workspace):
+                await self._adopted(workspace)
             self._place(req, workspace)
         # telemetry: a `sandbox.exec` span, queue wait, and run latency by verdict.
         op = "tests" if "tests" in req else str(req["mode"])
