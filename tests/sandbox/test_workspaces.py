@@ -508,6 +508,7 @@ async def test_a_changed_layer_is_refused_and_a_hostile_one_never_hangs_the_adop
     opens nothing blocking, loops instead of recursing, and checks the copy's digest."""
     import os
 
+    from codegym.sandbox.images import adopt
     from codegym.sandbox.images.errors import ImageOwnerError
     from codegym.sandbox.images.layers import layer_owner, remove_tree
 
@@ -532,6 +533,22 @@ async def test_a_changed_layer_is_refused_and_a_hostile_one_never_hangs_the_adop
         assert not list((store.root / "tmp").iterdir())  # the copy is gone
         (src / "data" / "linked").unlink()
         remove_tree(src / "data" / "d")
+        with pytest.raises(ImageOwnerError, match="no longer matches"):
+            store.adopt(img)  # a changed layer stays refused in this process: no copy again
+        adopt._failed.clear()  # (as a fresh process would)
+        os.chown(store.root / "tmp", 4242, 4242)  # another user could swap root's work folder
+        with pytest.raises(ImageOwnerError, match="tmp is not root's alone"):
+            store.adopt(img)
+        os.chown(store.root / "tmp", 0, 0)
+        squatter = subprocess.Popen(  # an older codegym's worker: running, not registered
+            ["sleep", "30"], user=old_owner - 256 + 3, group=old_owner - 256 + 3
+        )
+        try:
+            with pytest.raises(ImageOwnerError, match=f"live process {squatter.pid}"):
+                store.adopt(img)
+        finally:
+            squatter.kill()
+            squatter.wait()
         store.adopt(img)  # the FIFO is no layer's: left behind, nothing waited on
         assert {p.stat().st_uid for p in layers} == {layer_owner()}
         assert not (src / "calc" / "pipe").exists()

@@ -22,6 +22,7 @@ systemd's ``DynamicUser=`` range (image layers of that owner are re-owned on fir
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import logging
@@ -32,6 +33,7 @@ import stat
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from codegym.errors import CodegymError
@@ -245,27 +247,52 @@ def register_span() -> None:
         os.close(folder)
 
 
-def live_span_of(uid: int) -> int | None:
-    """The base of a live process's registered span (``register_span``) that holds
-    ``uid``, or None."""
+@contextlib.contextmanager
+def spans_held() -> Iterator[int]:
+    """Hold off every span registration on the host (``register_span``); yields the lock
+    folder's descriptor, for ``live_span_of``."""
     folder = _lock_folder()
-    turn = _lock(folder, "spans", wait=True)  # (a probe beside a registration could fail it)
+    turn = _lock(folder, "spans", wait=True)
     try:
-        for name in os.listdir(folder):
-            base = int(name[5:]) if name.startswith("span-") and name[5:].isdigit() else None
-            if base is None or not base <= uid < base + UIDS_NEEDED:
-                continue
-            if (str(UID_LOCKS), base) in _registered:
-                return base
-            fd = _lock(folder, name, wait=False, create=False)
-            if fd is None:
-                return base
-            os.close(fd)
-        return None
+        yield folder
     finally:
         if turn is not None:
             os.close(turn)
         os.close(folder)
+
+
+def live_span_of(uid: int, held: int | None = None) -> int | None:
+    """The base of a live process's registered span (``register_span``) that holds
+    ``uid``, or None. ``held``: the folder ``spans_held`` yielded, if the caller holds it
+    (else it is taken here: a probe beside a registration could fail it)."""
+    if held is None:
+        with spans_held() as folder:
+            return live_span_of(uid, folder)
+    for name in os.listdir(held):
+        base = int(name[5:]) if name.startswith("span-") and name[5:].isdigit() else None
+        if base is None or not base <= uid < base + UIDS_NEEDED:
+            continue
+        if (str(UID_LOCKS), base) in _registered:
+            return base
+        fd = _lock(held, name, wait=False, create=False)
+        if fd is None:
+            return base
+        os.close(fd)
+    return None
+
+
+def running_as(lo: int, hi: int) -> int | None:
+    """A live process whose real, effective, saved or file-system uid is in
+    ``[lo, hi)``, or None (codegym versions before span registration did not register)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                uids = next((line.split()[1:5] for line in f if line.startswith("Uid:")), [])
+        except OSError:
+            continue  # gone meanwhile
+        if any(lo <= int(u) < hi for u in uids):
+            return int(pid)
+    return None
 
 
 def claim_uid(uids: range | None = None) -> tuple[int, int]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -39,80 +38,6 @@ def layer_owner() -> int:
     from codegym.sandbox._uids import UID_SPAN, sandbox_uid
 
     return sandbox_uid() + UID_SPAN
-
-
-def copy_tree(src: Path, dst: Path) -> None:
-    """Copy the layer ``src`` to the new folder ``dst``: folders, regular files, symlinks
-    (as links), whiteouts and opaque marks; anything else is left out.
-
-    ``src`` may belong to a uid programs ran as, and change while it is read: folders
-    are entered and files opened only through descriptors, never following a link and
-    never blocking (a FIFO put in a file's place is not waited on), and the walk is a
-    loop, so no depth exhausts the stack. Whatever the copy holds is checked by its
-    digest afterwards (``store.ImageStore.adopt``)."""
-    into = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    read = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    os.mkdir(dst, 0o700)
-    stack = [(os.open(src, into), dst)]
-    try:
-        while stack:
-            fd, out = stack[-1]
-            stack.pop()
-            try:
-                if _opaque_fd(fd):
-                    os.setxattr(out, OPAQUE, b"y")
-                with os.scandir(fd) as it:
-                    names = [e.name for e in it]
-                for name in names:
-                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                    to = out / name
-                    if stat.S_ISDIR(st.st_mode):
-                        sub = os.open(name, into, dir_fd=fd)
-                        os.mkdir(to, 0o700)
-                        stack.append((sub, to))
-                    elif stat.S_ISREG(st.st_mode):
-                        _copy_file(os.open(name, read, dir_fd=fd), to, st.st_mode)
-                    elif stat.S_ISLNK(st.st_mode):
-                        os.symlink(os.readlink(name, dir_fd=fd), to)
-                    elif is_whiteout(st):
-                        os.mknod(to, stat.S_IFCHR, os.makedev(0, 0))
-            finally:
-                os.close(fd)
-    finally:
-        for fd, _ in stack:
-            os.close(fd)
-
-
-def exchange(a: Path, b: Path) -> None:
-    """Swap the folders at ``a`` and ``b`` in one step (``renameat2(RENAME_EXCHANGE)``), so
-    a reader of either path never finds it missing."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    at_fdcwd, rename_exchange = -100, 2
-    if libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange):
-        err = ctypes.get_errno()
-        raise OSError(err, f"exchanging {a} and {b}: {os.strerror(err)}")
-
-
-def _opaque_fd(fd: int) -> bool:
-    try:
-        return os.getxattr(fd, OPAQUE) == b"y"
-    except OSError:
-        return False
-
-
-def _copy_file(fd: int, to: Path, mode: int) -> None:
-    """Copy the open file ``fd`` (closed here) to the new file ``to``."""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return  # swapped for something else since it was listed
-        os.set_blocking(fd, True)
-        with open(fd, "rb", closefd=False) as f, open(to, "xb") as g:
-            shutil.copyfileobj(f, g, 1 << 20)
-        os.chmod(to, 0o755 if mode & 0o111 else 0o644)
-    finally:
-        os.close(fd)
 
 
 def is_whiteout(st: os.stat_result) -> bool:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from codegym.sandbox.images import layers as _layers
-from codegym.sandbox.images.errors import ImageNotFound, ImageOwnerError
+from codegym.sandbox.images.errors import ImageNotFound
 
 ROOT = "/work"
 """Where a workspace is mounted: the source's root, and the working directory."""
@@ -207,91 +207,15 @@ class ImageStore:
         return any(os.lstat(p).st_uid != uid for p in self.layer_paths(image))
 
     def adopt(self, image: Image) -> None:
-        """Make sure the workspace workers' uid (``layer_owner``) owns every layer of
-        ``image``, before a workspace of it is mounted.
-
-        Overlayfs in a jail's user namespace shows a layer of any other owner as
-        ``nobody``'s, and a program writing one of its files gets ``EACCES``: scored as
-        the program's error, though the cache is at fault (built under another
-        ``CODEGYM_SANDBOX_UID``, or under the default before 2026-12-06). As root such a
-        layer is *adopted*: copied, given the owner, checked against its digest (the old
-        owner is a uid programs ran as: what it changed is refused) and swapped in. The
-        old tree is never changed in place: a review's probes made an in-place ``chown``
-        walk give away a host file through a hard link, hang on a FIFO, and fail a live
-        pool's runs midway.
+        """Make every layer of ``image`` the workspace workers' uid's (``layer_owner``)
+        before a workspace of it is mounted: see ``images.adopt``.
 
         Raises:
-            ImageOwnerError: a layer belongs to a local account, to a live process's
-                span, or to another user (without root); the cache is read-only; or a
-                layer no longer matches its digest.
-            SandboxInputError: this process's own span cannot be used (``uid_problem``).
+            ImageOwnerError: a layer cannot be adopted (says why and the fix).
         """
-        uid = _layers.layer_owner()
-        paths = self.layer_paths(image)
-        if not self.foreign_layers(image):
-            return
-        if os.geteuid() != 0:
-            raise ImageOwnerError(
-                f"image {image.digest}: its layers in {self.layers_dir} belong to another "
-                f"user, not to you (uid {uid}), and a workspace's program could not change "
-                "their files; use an image cache of your own (CODEGYM_IMAGE_CACHE) and "
-                "build the image there"
-            )
-        from codegym.sandbox import _uids
-        from codegym.sandbox.errors import SandboxInputError
+        from codegym.sandbox.images.adopt import adopt
 
-        if problem := _uids.uid_problem():
-            raise SandboxInputError(problem)
-        _uids.register_span()  # the owner it gives the layers is this live span's
-        if not os.access(self.layers_dir, os.W_OK) or not os.access(self.root / "tmp", os.W_OK):
-            raise ImageOwnerError(
-                f"image {image.digest}: its layers in {self.layers_dir} belong to another "
-                f"uid than this pool's layer owner ({uid}), and the cache is read-only; use "
-                "the CODEGYM_SANDBOX_UID the cache was built with, or a cache of your own"
-            )
-        with self.lock("owner"):
-            for d, p in zip(image.layers, paths, strict=True):
-                owner = os.lstat(p).st_uid
-                if owner != uid:  # (another process may have adopted it meanwhile)
-                    self._refuse_owner(image, owner, uid)
-                    self._adopt_layer(image, d, p, owner, uid)
-
-    def _refuse_owner(self, image: Image, owner: int, uid: int) -> None:
-        from codegym.sandbox import _uids
-
-        account = _uids._local_account(owner, owner + 1)
-        live = _uids.live_span_of(owner)
-        if account is None and live is None:
-            return
-        whose = (
-            f"the local account {account[1]!r}"
-            if account is not None
-            else f"a uid of a live process's span (CODEGYM_SANDBOX_UID={live})"
-        )
-        raise ImageOwnerError(
-            f"image {image.digest}: its layers in {self.layers_dir} belong to uid {owner}, "
-            f"{whose}, not to this pool's layer owner {uid}; pools with different "
-            "CODEGYM_SANDBOX_UIDs, and different users, need image caches of their own "
-            "(CODEGYM_IMAGE_CACHE)"
-        )
-
-    def _adopt_layer(self, image: Image, digest_: str, path: Path, owner: int, uid: int) -> None:
-        work = self.scratch("adopt")
-        os.chmod(work, 0o700)
-        copy = work / "layer"
-        try:
-            _layers.copy_tree(path, copy)
-            _layers.normalise(copy, uid)
-            if _layers.digest(copy) != digest_:
-                raise ImageOwnerError(
-                    f"image {image.digest}: layer {digest_} (owner uid {owner}) no longer "
-                    "matches its digest: it was changed after it was built; remove the "
-                    "image (`codegym image rm`, then `codegym image gc`) and build it again"
-                )
-            _layers.exchange(copy, path)  # the old tree is now at ``copy``
-        finally:
-            _layers.remove_tree(work)
-        log.info("image layer %s adopted from uid %d by %d", path.name, owner, uid)
+        adopt(self, image)
 
     def layer_paths_of(self, digest: str) -> Path:
         return _layers.layer_path(self.layers_dir, digest)
