@@ -63,6 +63,15 @@ def adopt(store: ImageStore, image: Image) -> None:
         raise SandboxInputError(problem)
     _uids.register_span()  # the owner the layers get is this live span's
     _root_s_alone(store, image)
+    if not all(
+        os.access(d, os.W_OK) for d in (store.layers_dir, store.root / "tmp", store.root / "locks")
+    ):
+        owner = _foreign(store, image, uid)[0][2]
+        raise ImageOwnerError(
+            f"image {image.digest}: its layers in {store.layers_dir} belong to uid {owner}, "
+            f"not to this pool's layer owner {uid}, and the cache is read-only, so they "
+            f"cannot be adopted; use a cache of this pool's own{_hint(owner)}"
+        )
     with store.lock("owner"):
         foreign = _foreign(store, image, uid)
         for _, _, owner in foreign:
