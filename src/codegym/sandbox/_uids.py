@@ -16,8 +16,8 @@ None of them may belong to a local user or group, or lie in a range systemd hand
 (``RESERVED``): a program would run as that account, and a sweep would kill its processes.
 The default, 2,000,000,000, is in the range systemd leaves unused (1879048192-2147352575);
 until 2026-12-06 it was 64055, ``libvirt-qemu`` on some Debian and Ubuntu hosts and inside
-systemd's ``DynamicUser=`` range (image layers of that owner are re-owned on first use:
-``images.store``).
+systemd's ``DynamicUser=`` range (image layers of that owner are adopted on first use:
+``images.adopt``).
 """
 
 from __future__ import annotations
@@ -201,6 +201,20 @@ def _lock(
 _registered: dict[tuple[str, int], int] = {}  # (lock folder, base) -> its lock, held until exit
 
 
+@contextlib.contextmanager
+def spans_held() -> Iterator[int]:
+    """Hold off every span registration on the host (``register_span``); yields the lock
+    folder's descriptor, for ``live_span_of``."""
+    folder = _lock_folder()
+    turn = _lock(folder, "spans", wait=True)
+    try:
+        yield folder
+    finally:
+        if turn is not None:
+            os.close(turn)
+        os.close(folder)
+
+
 def register_span() -> None:
     """Mark this process's span (from ``sandbox_uid()``) as in use, until it exits; refuse
     a span that overlaps a live process's other span.
@@ -220,10 +234,7 @@ def register_span() -> None:
     base = sandbox_uid()
     if (str(UID_LOCKS), base) in _registered:
         return
-    folder = _lock_folder()
-    turn = None
-    try:
-        turn = _lock(folder, "spans", wait=True)
+    with spans_held() as folder:
         for name in os.listdir(folder):
             other = int(name[5:]) if name.startswith("span-") and name[5:].isdigit() else None
             if other is None:
@@ -241,24 +252,6 @@ def register_span() -> None:
         mine = _lock(folder, f"span-{base}", wait=True, shared=True)
         assert mine is not None
         _registered[str(UID_LOCKS), base] = mine
-    finally:
-        if turn is not None:
-            os.close(turn)
-        os.close(folder)
-
-
-@contextlib.contextmanager
-def spans_held() -> Iterator[int]:
-    """Hold off every span registration on the host (``register_span``); yields the lock
-    folder's descriptor, for ``live_span_of``."""
-    folder = _lock_folder()
-    turn = _lock(folder, "spans", wait=True)
-    try:
-        yield folder
-    finally:
-        if turn is not None:
-            os.close(turn)
-        os.close(folder)
 
 
 def live_span_of(uid: int, held: int | None = None) -> int | None:
