@@ -19,7 +19,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import re
 import time
@@ -39,7 +38,6 @@ DEBIAN = f"{ROOT}/.debian"
 """Debian packages' files, unpacked under this folder."""
 MAX_LAYERS = 32
 _HEX = re.compile(r"^(?:sha256:)?([0-9a-f]{6,64})$")
-log = logging.getLogger("codegym.sandbox")
 
 
 @dataclass(frozen=True)
