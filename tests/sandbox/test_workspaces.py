@@ -540,12 +540,21 @@ async def test_a_changed_layer_is_refused_and_a_hostile_one_never_hangs_the_adop
         with pytest.raises(ImageOwnerError, match="tmp is not root's alone"):
             store.adopt(img)
         os.chown(store.root / "tmp", 0, 0)
+        squatter_uid = old_owner - 256 + 3
         squatter = subprocess.Popen(  # an older codegym's worker: running, not registered
-            ["sleep", "30"], user=old_owner - 256 + 3, group=old_owner - 256 + 3
+            ["sleep", "30"], user=squatter_uid, group=squatter_uid
         )
         try:
-            with pytest.raises(ImageOwnerError, match=f"live process {squatter.pid}"):
+            with pytest.raises(ImageOwnerError, match=f"live process \\({squatter.pid}, 'sleep'"):
                 store.adopt(img)
+            with monkeypatch.context() as m:  # a process of an account's uid is not ours
+                m.setattr(adopt, "_is_account", lambda uid: uid == squatter_uid)
+                with pytest.raises(ImageOwnerError, match="sparse or many-times-linked"):
+                    with open(src / "data" / "sparse", "wb") as f:  # hashing 64 GiB: hours
+                        f.truncate(64 << 30)
+                    store.adopt(img)
+            os.unlink(src / "data" / "sparse")
+            adopt._failed.clear()
         finally:
             squatter.kill()
             squatter.wait()

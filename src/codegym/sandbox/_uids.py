@@ -33,7 +33,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from codegym.errors import CodegymError
@@ -274,17 +274,21 @@ def live_span_of(uid: int, held: int | None = None) -> int | None:
     return None
 
 
-def running_as(lo: int, hi: int) -> int | None:
-    """A live process whose real, effective, saved or file-system uid is in
-    ``[lo, hi)``, or None (codegym versions before span registration did not register)."""
+def running_as(
+    lo: int, hi: int, ignore: Callable[[int], bool] = lambda uid: False
+) -> tuple[int, str, int] | None:
+    """(pid, name, uid) of a live process whose real, effective, saved or file-system uid
+    is in ``[lo, hi)`` and not ``ignore``d, or None (codegym versions before span
+    registration did not register)."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/status") as f:
-                uids = next((line.split()[1:5] for line in f if line.startswith("Uid:")), [])
-        except OSError:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except (OSError, ValueError):
             continue  # gone meanwhile
-        if any(lo <= int(u) < hi for u in uids):
-            return int(pid)
+        for uid in {int(u) for u in fields.get("Uid", "").split()}:
+            if lo <= uid < hi and not ignore(uid):
+                return int(pid), fields.get("Name", "").strip(), uid
     return None
 
 

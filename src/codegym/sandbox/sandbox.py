@@ -341,9 +341,9 @@ class Sandbox:
         """
         if not isinstance(disk_mb, int) or not 1 <= disk_mb <= 1 << 16:
             raise SandboxInputError(f"disk_mb={disk_mb!r}: use an integer in 1..65536")
-        img = await self._adopted(image)
         if self._closed or not self._started:
             raise SandboxClosed("the Sandbox is closed or not started")
+        img = await self._adopted(image)
         # the worker holding the fewest workspaces, those being opened counted (many opened
         # at once would otherwise all see empty workers and land on one); ties: least used
         worker = min(self._workers, key=lambda w: (len(w.kept) + w.opening, w.runs))

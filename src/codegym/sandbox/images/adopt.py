@@ -23,6 +23,7 @@ import logging
 import os
 import pwd
 import stat
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,7 +39,10 @@ log = logging.getLogger("codegym.sandbox")
 
 RESERVE = 1 << 30
 """Free bytes an adoption leaves on the cache's file system (or 5% of it, if less)."""
-_failed: dict[tuple[str, str, int], str] = {}  # (cache, layer, owner) -> why, for this process
+RETRY_S = 600.0
+"""How long a copy that failed for want of room (or any other error of the moment) is not
+tried again: each try may copy up to the free space."""
+_failed: dict[tuple[str, str, int], tuple[str, float]] = {}  # (cache, image, owner) -> why, until
 
 
 def adopt(store: ImageStore, image: Image) -> None:
@@ -112,10 +116,11 @@ def _root_s_alone(store: ImageStore, image: Image) -> None:
     """Refuse a cache whose folders (or the folders above it) another user could change:
     it could swap root's work folder for its own mid-copy (found by review)."""
     here = store.root
-    checks = [store.layers_dir, store.root / "tmp", store.root / "locks", here, *here.parents]
+    inner = [store.layers_dir, *(store.root / d for d in ("tmp", "locks", "images"))]
+    checks = [*inner, here, *here.parents]
     for folder in checks:
         st = os.lstat(folder)
-        sticky = st.st_mode & stat.S_ISVTX and folder not in (store.root, store.layers_dir)
+        sticky = st.st_mode & stat.S_ISVTX and folder not in (*inner, here)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or (st.st_mode & 0o022 and not sticky):
             raise ImageOwnerError(
                 f"image {image.digest}: its layers belong to another uid than this pool's "
@@ -129,7 +134,8 @@ def _root_s_alone(store: ImageStore, image: Image) -> None:
 def _refuse(store: ImageStore, image: Image, owner: int, uid: int, held: int | None = None) -> None:
     """Raise unless the layers of ``owner`` may be taken from it: no account has that uid,
     and no live process runs as a uid of its span (registered, or an older codegym's)."""
-    if (why := _failed.get((str(store.root), image.digest, owner))) is not None:
+    why, until = _failed.get((str(store.root), image.digest, owner), ("", 0.0))
+    if time.monotonic() < until:
         raise ImageOwnerError(why)
     base = owner - _uids.UID_SPAN if owner - _uids.UID_SPAN >= 1000 else owner
     mine = _uids.sandbox_uid()
@@ -139,8 +145,12 @@ def _refuse(store: ImageStore, image: Image, owner: int, uid: int, held: int | N
         whose = f"the account {account!r}"
     elif (live := _uids.live_span_of(owner, held=held)) is not None:
         whose = f"a uid of a live process's span (CODEGYM_SANDBOX_UID={live})"
-    elif (pid := _uids.running_as(base, base + _uids.UIDS_NEEDED)) is not None:
-        whose = f"the layer owner of a span a live process {pid} runs as (an older codegym's?)"
+    elif (seen := _uids.running_as(base, base + _uids.UIDS_NEEDED, _is_account)) is not None:
+        pid, comm, as_uid = seen
+        whose = (
+            f"in the span of a live process ({pid}, {comm!r}, uid {as_uid}, an account of "
+            "no one's: an older codegym's worker?)"
+        )
     else:
         return
     raise ImageOwnerError(
@@ -149,6 +159,10 @@ def _refuse(store: ImageStore, image: Image, owner: int, uid: int, held: int | N
         f"CODEGYM_SANDBOX_UIDs, and different users, need image caches of their own "
         f"(CODEGYM_IMAGE_CACHE){_hint(owner)}"
     )
+
+
+def _is_account(uid: int) -> bool:
+    return _account(uid) is not None
 
 
 def _account(uid: int) -> str | None:
@@ -185,15 +199,16 @@ def _copy(
 def _cannot(
     store: ImageStore, image: Image, digest_: str, owner: int, what: str, keep: bool = True
 ) -> ImageOwnerError:
-    """The error for a layer that cannot be adopted; ``keep``: the cause lasts (a changed
-    layer, a file system that cannot swap folders), so later runs fail at once."""
+    """The error for a layer that cannot be adopted, kept so later runs fail at once: for
+    good where the cause lasts (``keep``: a changed layer, a file system that cannot swap
+    folders), else for ``RETRY_S``."""
     why = (
         f"image {image.digest}: layer {digest_} (owner uid {owner}) could not be {what}; "
         "remove the image (`codegym image rm`, then `codegym image gc`) and build it again, "
         f"or use a cache of this pool's own (CODEGYM_IMAGE_CACHE){_hint(owner)}"
     )
-    if keep:
-        _failed[str(store.root), image.digest, owner] = why
+    until = float("inf") if keep else time.monotonic() + RETRY_S
+    _failed[str(store.root), image.digest, owner] = (why, until)
     return ImageOwnerError(why)
 
 
@@ -224,6 +239,7 @@ def copy_tree(src: Path, dst: Path, room: int) -> None:
     read = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     os.mkdir(dst, 0o700)
     linked: dict[tuple[int, int], Path] = {}
+    sizes = [0, 0]  # bytes the digest will read (each path), bytes the copy holds
     stack = [(os.open(src, into), dst)]
     try:
         while stack:
@@ -241,6 +257,7 @@ def copy_tree(src: Path, dst: Path, room: int) -> None:
                         stack.append((os.open(name, into, dir_fd=fd), to))
                     elif stat.S_ISREG(st.st_mode):
                         room -= _copy_file(os.open(name, read, dir_fd=fd), to, room, linked)
+                        _count(to, sizes)
                     elif stat.S_ISLNK(st.st_mode):
                         os.symlink(os.readlink(name, dir_fd=fd), to)
                     elif _layers.is_whiteout(st):
@@ -250,6 +267,18 @@ def copy_tree(src: Path, dst: Path, room: int) -> None:
     finally:
         for fd, _ in stack:
             os.close(fd)
+
+
+def _count(copied: Path, sizes: list[int]) -> None:
+    """Refuse a tree whose digest would read far more than the copy holds: sparse files
+    and files linked many times cost a review's probe hours of hashing (a layer as built
+    has neither)."""
+    st = os.lstat(copied)
+    sizes[0] += st.st_size
+    if st.st_nlink == 1:
+        sizes[1] += st.st_blocks * 512
+    if sizes[0] > 2 * sizes[1] + (16 << 20):
+        raise OSError(errno.EFBIG, "sparse or many-times-linked files")
 
 
 def _opaque(fd: int) -> bool:

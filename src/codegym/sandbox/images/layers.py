@@ -164,6 +164,9 @@ def remove_tree(path: Path) -> None:
     interpreter's limit), stays on the tree's file system and follows no link."""
     if not os.path.lexists(path):
         return
+    if os.path.islink(path):  # (``chmod -R`` would follow it)
+        os.unlink(path)
+        return
     if os.geteuid() != 0:  # root needs no write permission on the folders to empty them
         subprocess.run(["chmod", "-R", "u+rwx", "--", str(path)], stderr=subprocess.DEVNULL)
     subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], stderr=subprocess.DEVNULL)

@@ -309,7 +309,12 @@ class ImageStore:
         os.replace(tmp, path)
 
 
+_LAYER = re.compile(r"sha256:[0-9a-f]{64}")
+
+
 def _from_manifest(m: dict[str, Any]) -> Image:
+    if not all(isinstance(d, str) and _LAYER.fullmatch(d) for d in m["layers"]):
+        raise ValueError("a layer that is not a sha256 digest")  # (it names a folder)
     return Image(
         digest=m["digest"],
         name=m["name"],
