@@ -271,3 +271,28 @@ def test_a_git_source_is_exported_at_its_commit(root: Path) -> None:
     bad = body.replace(first.strip(), "0" * 40)
     with pytest.raises(ImageBuildError, match="git source"):
         build_image(_spec(root, bad, "bad.toml"), store)
+
+
+def test_an_adoption_s_copy_leaves_room_and_reads_what_it_holds(root: Path) -> None:
+    """Each entry is charged at least a block and an inode (a review's 11,000 empty folders
+    took a file system to 0 bytes free when only file data counted), and files whose sizes
+    far pass what the copy wrote (sparse, many-times-linked: hours of hashing) are refused."""
+    import errno
+
+    from codegym.sandbox.images.adopt import _Budget
+
+    budget = _Budget(root)
+    budget.room, budget.inodes = 3 * budget.block, 10
+    for _ in range(3):
+        budget.entry(1)  # an empty folder or a 1-byte file: a whole block
+    with pytest.raises(OSError) as full:
+        budget.entry()
+    assert full.value.errno == errno.ENOSPC
+    budget.room, budget.inodes = 1 << 40, 0
+    with pytest.raises(OSError, match="inodes"):
+        budget.entry()
+    budget.file(1 << 20, 1 << 20)
+    budget.file(16 << 20, 0)  # a hard link to 16 MiB: within the slack
+    with pytest.raises(OSError) as sparse:
+        budget.file(4 << 20, 0)
+    assert sparse.value.errno == errno.EFBIG

@@ -39,6 +39,8 @@ log = logging.getLogger("codegym.sandbox")
 
 RESERVE = 1 << 30
 """Free bytes an adoption leaves on the cache's file system (or 5% of it, if less)."""
+RESERVE_INODES = 100_000
+"""Free inodes an adoption leaves (or 5% of them, if less)."""
 RETRY_S = 600.0
 """How long a copy that failed for want of room (or any other error of the moment) is not
 tried again: each try may copy up to the free space."""
@@ -184,10 +186,8 @@ def _copy(
     store: ImageStore, image: Image, digest_: str, path: Path, owner: int, uid: int, copy: Path
 ) -> Path:
     """A checked copy of the layer at ``path``, owned by ``uid``."""
-    fs = os.statvfs(copy.parent)
-    room = fs.f_bavail * fs.f_frsize - min(RESERVE, fs.f_blocks * fs.f_frsize // 20)
     try:
-        copy_tree(path, copy, room)
+        copy_tree(path, copy)
         _layers.normalise(copy, uid)
     except OSError as e:
         raise _cannot(store, image, digest_, owner, f"copied ({e.strerror})", keep=False) from None
@@ -224,7 +224,7 @@ def exchange(a: Path, b: Path) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def copy_tree(src: Path, dst: Path, room: int) -> None:
+def copy_tree(src: Path, dst: Path) -> None:
     """Copy the layer ``src`` to the new folder ``dst`` (in a folder of root's alone):
     folders, regular files (holes kept, hard links kept as links, each at most the size it
     had when opened), symlinks as links, whiteouts and opaque marks; nothing else.
@@ -232,14 +232,16 @@ def copy_tree(src: Path, dst: Path, room: int) -> None:
     ``src`` may belong to a uid programs ran as and change while it is read: its folders
     are entered and its files opened only through descriptors, never following a link and
     never blocking (a FIFO put in a file's place is not waited on), and the walk is a loop,
-    so no depth exhausts the stack. At most ``room`` bytes are written (``ENOSPC`` past
-    that). What the copy holds is checked by its digest afterwards.
+    so no depth exhausts the stack. The copy leaves its file system a reserve of space and
+    inodes, and stops where its digest would read far more than it holds (``_Budget``).
+    What the copy holds is checked by its digest afterwards.
     """
     into = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     read = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    budget = _Budget(dst.parent)
+    budget.entry()
     os.mkdir(dst, 0o700)
     linked: dict[tuple[int, int], Path] = {}
-    sizes = [0, 0]  # bytes the digest will read (each path), bytes the copy holds
     stack = [(os.open(src, into), dst)]
     try:
         while stack:
@@ -253,14 +255,17 @@ def copy_tree(src: Path, dst: Path, room: int) -> None:
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                     to = out / name
                     if stat.S_ISDIR(st.st_mode):
+                        budget.entry()
                         os.mkdir(to, 0o700)
                         stack.append((os.open(name, into, dir_fd=fd), to))
                     elif stat.S_ISREG(st.st_mode):
-                        room -= _copy_file(os.open(name, read, dir_fd=fd), to, room, linked)
-                        _count(to, sizes)
+                        _copy_file(os.open(name, read, dir_fd=fd), to, budget, linked)
                     elif stat.S_ISLNK(st.st_mode):
-                        os.symlink(os.readlink(name, dir_fd=fd), to)
+                        target = os.readlink(name, dir_fd=fd)
+                        budget.entry(len(os.fsencode(target)))
+                        os.symlink(target, to)
                     elif _layers.is_whiteout(st):
+                        budget.entry()
                         os.mknod(to, stat.S_IFCHR, os.makedev(0, 0))
             finally:
                 os.close(fd)
@@ -269,16 +274,43 @@ def copy_tree(src: Path, dst: Path, room: int) -> None:
             os.close(fd)
 
 
-def _count(copied: Path, sizes: list[int]) -> None:
-    """Refuse a tree whose digest would read far more than the copy holds: sparse files
-    and files linked many times cost a review's probe hours of hashing (a layer as built
-    has neither)."""
-    st = os.lstat(copied)
-    sizes[0] += st.st_size
-    if st.st_nlink == 1:
-        sizes[1] += st.st_blocks * 512
-    if sizes[0] > 2 * sizes[1] + (16 << 20):
-        raise OSError(errno.EFBIG, "sparse or many-times-linked files")
+class _Budget:
+    """What a copy may take of its file system, and what its digest will read.
+
+    Room: the free space less ``RESERVE`` (or 5% of the file system), each entry charged
+    at least a block (a review's 11,000 empty folders took a file system to 0 bytes free
+    when only file data counted), and the free inodes less ``RESERVE_INODES`` (or 5%).
+    Reading: a sparse file or one linked many times makes the digest read far more than
+    the copy holds (hours of hashing for a review's probe); a layer as built has neither,
+    so a copy whose files' sizes pass twice the bytes written plus 16 MiB is refused.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        fs = os.statvfs(folder)
+        self.block = fs.f_frsize or 4096
+        self.room = fs.f_bavail * fs.f_frsize - min(RESERVE, fs.f_blocks * fs.f_frsize // 20)
+        # a file system that reports no inode count (btrfs) has no such limit
+        self.inodes = fs.f_favail - min(RESERVE_INODES, fs.f_files // 20) if fs.f_files else 1 << 62
+        self.read = self.written = 0
+
+    def entry(self, size: int = 0) -> None:
+        """Charge one entry (an inode) of ``size`` bytes (at least a block)."""
+        self.take(max(self.block, -(-size // self.block) * self.block))
+        self.inodes -= 1
+        if self.inodes < 0:
+            raise OSError(errno.ENOSPC, "the copy would leave too few inodes free")
+
+    def take(self, n: int) -> None:
+        self.room -= n
+        if self.room < 0:
+            raise OSError(errno.ENOSPC, "the copy would leave the disk too full")
+
+    def file(self, size: int, written: int) -> None:
+        """A file whose digest reads ``size`` bytes, of which the copy wrote ``written``."""
+        self.read += size
+        self.written += written
+        if self.read > 2 * self.written + (16 << 20):
+            raise OSError(errno.EFBIG, "sparse or many-times-linked files")
 
 
 def _opaque(fd: int) -> bool:
@@ -288,15 +320,17 @@ def _opaque(fd: int) -> bool:
         return False
 
 
-def _copy_file(fd: int, to: Path, room: int, linked: dict[tuple[int, int], Path]) -> int:
-    """Copy the open file ``fd`` (closed here) to the new file ``to``; bytes written."""
+def _copy_file(fd: int, to: Path, budget: _Budget, linked: dict[tuple[int, int], Path]) -> None:
+    """Copy the open file ``fd`` (closed here) to the new file ``to``."""
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return 0  # swapped for something else since it was listed
+            return  # swapped for something else since it was listed
         if st.st_nlink > 1 and (st.st_dev, st.st_ino) in linked:
             os.link(linked[st.st_dev, st.st_ino], to)
-            return 0
+            budget.file(st.st_size, 0)
+            return
+        budget.entry()
         written = 0
         out = os.open(to, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
@@ -315,17 +349,17 @@ def _copy_file(fd: int, to: Path, room: int, linked: dict[tuple[int, int], Path]
                     if not chunk:
                         end = start  # it shrank meanwhile: the digest will say
                         break
+                    if written + len(chunk) > budget.block:  # the entry's first block is paid
+                        budget.take(len(chunk))
                     written += len(chunk)
-                    if written > room:
-                        raise OSError(errno.ENOSPC, "the copy would leave the disk too full")
                     os.pwrite(out, chunk, start)
                     start += len(chunk)
                 pos = max(end, pos + 1)
         finally:
             os.close(out)
         os.chmod(to, 0o755 if st.st_mode & 0o111 else 0o644)
+        budget.file(st.st_size, written)
         if st.st_nlink > 1:
             linked[st.st_dev, st.st_ino] = to
-        return written
     finally:
         os.close(fd)
