@@ -42,8 +42,14 @@ LIM = Limits(cpu_s=5, wall_s=20, memory_mb=256, disk_mb=32)
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def sb(tiny_image: tuple[ImageStore, Image]) -> AsyncIterator[Sandbox]:
-    store, _ = tiny_image
-    box = Sandbox(tier="jail", workers=2, images=store)
+    async with _pool(tiny_image[0], workers=2) as box:
+        yield box
+
+
+@contextlib.asynccontextmanager
+async def _pool(store: ImageStore, workers: int = 1) -> AsyncIterator[Sandbox]:
+    """A started jail pool with ``store`` (the test skips where the jail cannot run)."""
+    box = Sandbox(tier="jail", workers=workers, images=store)
     try:
         await box.start()
     except HostUnsupported as e:
@@ -484,19 +490,6 @@ async def test_layers_of_another_span_are_adopted_unless_a_live_pool_uses_it(
             assert (r.verdict, r.stdout) == (Verdict.OK, "1\n"), r.stderr
     finally:
         remove_tree(root)
-
-
-@contextlib.asynccontextmanager
-async def _pool(store: ImageStore) -> AsyncIterator[Sandbox]:
-    box = Sandbox(tier="jail", workers=1, images=store)
-    try:
-        await box.start()
-    except HostUnsupported as e:
-        no_jail(e)
-    try:
-        yield box
-    finally:
-        await box.close()
 
 
 async def test_a_changed_layer_is_refused_and_a_hostile_one_never_hangs_the_adoption(
