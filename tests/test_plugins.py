@@ -260,6 +260,7 @@ def test_a_plugin_that_fails_to_load_is_named_with_the_fix(tmp_path: Path) -> No
     assert broken.returncode == 2 and "Traceback" not in broken.stderr, broken.stderr
     assert "plug-in 'broken_plugin' (--plugin) failed to load: RuntimeError: half done" in said
     assert "broken_plugin.py:2" in said and "drop --plugin broken_plugin" in said
+    assert f"{tmp_path}/broken_plugin.py:2;" in broken.stderr  # one line: no path cut mid-name
     missing = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
                              env={**env, "CODEGYM_PLUGINS": "no_such_plugin"})  # fmt: skip
     said = _said(missing)

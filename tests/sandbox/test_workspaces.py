@@ -521,17 +521,17 @@ async def test_a_changed_layer_is_refused_and_a_hostile_one_never_hangs_the_adop
         host.write_text("secret\n")
         os.link(host, src / "data" / "linked")  # what a hard link let a chown walk take
         with pytest.raises(ImageOwnerError, match="no longer matches its digest"):
-            store.adopt(img)
+            adopt.adopt(store, img)
         assert host.stat().st_uid == 0 and src.stat().st_uid == old_owner
         assert not list((store.root / "tmp").iterdir())  # the copy is gone
         (src / "data" / "linked").unlink()
         remove_tree(src / "data" / "d")
         with pytest.raises(ImageOwnerError, match="no longer matches"):
-            store.adopt(img)  # a changed layer stays refused in this process: no copy again
+            adopt.adopt(store, img)  # a changed layer stays refused in this process: no copy again
         adopt._failed.clear()  # (as a fresh process would)
         os.chown(store.root / "tmp", 4242, 4242)  # another user could swap root's work folder
         with pytest.raises(ImageOwnerError, match="tmp is not root's alone"):
-            store.adopt(img)
+            adopt.adopt(store, img)
         os.chown(store.root / "tmp", 0, 0)
         squatter_uid = old_owner - 256 + 3
         squatter = subprocess.Popen(  # an older codegym's worker: running, not registered
@@ -539,19 +539,19 @@ async def test_a_changed_layer_is_refused_and_a_hostile_one_never_hangs_the_adop
         )
         try:
             with pytest.raises(ImageOwnerError, match=f"live process \\({squatter.pid}, 'sleep'"):
-                store.adopt(img)
+                adopt.adopt(store, img)
             with monkeypatch.context() as m:  # a process of an account's uid is not ours
                 m.setattr(adopt, "_is_account", lambda uid: uid == squatter_uid)
                 with pytest.raises(ImageOwnerError, match="sparse or many-times-linked"):
                     with open(src / "data" / "sparse", "wb") as f:  # hashing 64 GiB: hours
                         f.truncate(64 << 30)
-                    store.adopt(img)
+                    adopt.adopt(store, img)
             os.unlink(src / "data" / "sparse")
             adopt._failed.clear()
         finally:
             squatter.kill()
             squatter.wait()
-        store.adopt(img)  # the FIFO is no layer's: left behind, nothing waited on
+        adopt.adopt(store, img)  # the FIFO is no layer's: left behind, nothing waited on
         assert {p.stat().st_uid for p in layers} == {layer_owner()}
         assert not (src / "calc" / "pipe").exists()
     finally:

@@ -78,7 +78,8 @@ def mirror_run(folder: Path, url: str | None) -> None:
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    # one line, whatever the width: a log cut at 80 columns split paths mid-name
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -191,5 +191,5 @@ def main() -> None:
     except CodegymError as e:
         from codegym.cli._common import console
 
-        console.print(f"[bold red]error:[/] {e}", highlight=False)
+        console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         raise SystemExit(e.exit_code) from None

@@ -384,11 +384,13 @@ class Sandbox:
 
     async def _adopted(self, image: str | Image) -> Image:
         """``image``, its layers owned by this pool's workspace workers' uid: a layer of
-        another owner is adopted (``ImageStore.adopt``: a copy, checked, on a thread)."""
+        another owner is adopted (``images.adopt``: a copy, checked, on a thread)."""
         img = self._image(image)
         assert self.images is not None
         if self.images.foreign_layers(img):
-            await asyncio.to_thread(self.images.adopt, img)
+            from codegym.sandbox.images.adopt import adopt
+
+            await asyncio.to_thread(adopt, self.images, img)
         return img
 
     def _place(self, req: dict[str, Any], where: WorkspaceRef) -> None:

@@ -204,17 +204,6 @@ class ImageStore:
         uid = _layers.layer_owner()
         return any(os.lstat(p).st_uid != uid for p in self.layer_paths(image))
 
-    def adopt(self, image: Image) -> None:
-        """Make every layer of ``image`` the workspace workers' uid's (``layer_owner``)
-        before a workspace of it is mounted: see ``images.adopt``.
-
-        Raises:
-            ImageOwnerError: a layer cannot be adopted (says why and the fix).
-        """
-        from codegym.sandbox.images.adopt import adopt
-
-        adopt(self, image)
-
     def layer_paths_of(self, digest: str) -> Path:
         return _layers.layer_path(self.layers_dir, digest)
 
