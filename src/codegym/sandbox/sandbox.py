@@ -445,7 +445,7 @@ class Sandbox:
         kept = workspace if isinstance(workspace, Workspace) else None
         if workspace is not None:
             if not isinstance(workspace, Workspace):
-                await self._adopted(workspace)
+                workspace = await self._adopted(workspace)  # (its manifest read once)
             self._place(req, workspace)
         # telemetry: a `sandbox.exec` span, queue wait, and run latency by verdict.
         op = "tests" if "tests" in req else str(req["mode"])
